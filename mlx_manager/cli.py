@@ -1,0 +1,97 @@
+"""`mlx-manager`: serve the dashboard + API, manage models and the database."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+import uvicorn
+from sqlmodel import Session
+
+from mlx_manager.config import get_manager_settings
+from mlx_server import config as server_config
+from mlx_server.database import get_engine, upgrade_database
+from mlx_server.models.gguf_import import GGUFImportError
+from mlx_server.models.store import ModelStoreError, ensure_default_model, import_gguf, list_models
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="MLX Manager: local models on MLX.",
+)
+models_cli = typer.Typer(no_args_is_help=True, help="List and import models.")
+db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+app.add_typer(models_cli, name="models")
+app.add_typer(db_cli, name="db")
+
+log = logging.getLogger("mlx_manager")
+
+
+def _migrated_session() -> Session:
+    """Point the server at the manager's home, migrate, and open a session."""
+    server_config.use_settings(get_manager_settings().server_settings())
+    upgrade_database()
+    return Session(get_engine())
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(code=1)
+
+
+@app.command()
+def serve(
+    host: str | None = typer.Option(None, help="Bind address (default MLX_MANAGER_HOST or 127.0.0.1)."),
+    port: int | None = typer.Option(None, help="Port (default MLX_MANAGER_PORT or 8080)."),
+    no_default_model: bool = typer.Option(False, "--no-default-model", help="Do not import SmolLM2."),
+) -> None:
+    """Serve the dashboard on / and the inference API on /v1."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = get_manager_settings()
+    with _migrated_session() as session:
+        if settings.import_default_model and not no_default_model:
+            try:
+                imported = ensure_default_model(session, server_config.get_settings().models_dir)
+            except (GGUFImportError, ModelStoreError) as exc:
+                raise _fail(f"cannot import the default model: {exc}") from exc
+            if imported:
+                log.info("imported default model %s into %s", imported.id, imported.path)
+    from mlx_manager.main import create_app
+
+    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port)
+
+
+@models_cli.command("list")
+def models_list() -> None:
+    """Registered models, one per line: id, source, size, path."""
+    with _migrated_session() as session:
+        models = list_models(session)
+    if not models:
+        typer.echo("no models; run `mlx-manager serve` or `mlx-manager models import-gguf FILE`")
+        return
+    for model in models:
+        typer.echo(f"{model.id}\t{model.source}\t{model.size_bytes / 2**20:.1f} MiB\t{model.path}")
+
+
+@models_cli.command("import-gguf")
+def models_import_gguf(
+    path: Path = typer.Argument(..., help="GGUF file (llama architecture: Llama, Mistral, SmolLM)."),
+    model_id: str | None = typer.Option(None, "--id", help="Model id (default: the file name)."),
+) -> None:
+    """Convert a GGUF file into an MLX model directory and register it."""
+    with _migrated_session() as session:
+        try:
+            record = import_gguf(session, path, server_config.get_settings().models_dir, model_id)
+        except (GGUFImportError, ModelStoreError) as exc:
+            raise _fail(str(exc)) from exc
+    typer.echo(f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path}")
+
+
+@db_cli.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending migrations to the database."""
+    server_config.use_settings(get_manager_settings().server_settings())
+    revision = upgrade_database()
+    typer.echo(f"database {server_config.get_settings().database_path} is at revision {revision}")

@@ -1,0 +1,40 @@
+"""FastAPI app for the manager: pages, static files, and the inference server at /v1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from mlx_manager.config import ManagerSettings, get_manager_settings
+from mlx_manager.routers import pages
+from mlx_manager.templating import STATIC_DIR
+from mlx_server import __version__
+from mlx_server import config as server_config
+from mlx_server.database import upgrade_database
+from mlx_server.main import create_app as create_server_app
+from mlx_server.main import health_router
+from mlx_server.observability import instrument
+
+
+@asynccontextmanager
+async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    upgrade_database()
+    yield
+
+
+def create_app(settings: ManagerSettings | None = None) -> FastAPI:
+    settings = settings or get_manager_settings()
+    # The embedded server must use the manager's database and models, whatever
+    # MLX_SERVER_HOME says.
+    server_config.use_settings(settings.server_settings())
+
+    app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
+    app.include_router(health_router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/v1", create_server_app(embedded=True))
+    instrument(app, token=settings.logfire_token, service_name="mlx-manager")
+    return app

@@ -1,0 +1,61 @@
+"""Server settings (environment prefix MLX_SERVER_)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_HOME = Path("~/.mlx-manager")
+
+
+class MLXServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MLX_SERVER_", extra="ignore", populate_by_name=True)
+
+    # The server shares the manager's home (database + models) unless told otherwise,
+    # so a standalone `mlx-server` sees the models the dashboard manages.
+    home: Path = Field(
+        default=DEFAULT_HOME,
+        validation_alias=AliasChoices("MLX_SERVER_HOME", "MLX_MANAGER_HOME"),
+    )
+    host: str = "127.0.0.1"
+    port: int = 8000
+    logfire_token: str | None = None
+
+    @property
+    def home_dir(self) -> Path:
+        return self.home.expanduser()
+
+    @property
+    def database_path(self) -> Path:
+        return self.home_dir / "mlx-manager.db"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.home_dir / "models"
+
+
+_override: MLXServerSettings | None = None
+
+
+@lru_cache
+def _from_environment() -> MLXServerSettings:
+    return MLXServerSettings()
+
+
+def get_settings() -> MLXServerSettings:
+    return _override or _from_environment()
+
+
+def use_settings(settings: MLXServerSettings) -> None:
+    """Pin the settings object, e.g. the manager pointing the embedded server at its home."""
+    global _override
+    _override = settings
+
+
+def reset_settings() -> None:
+    global _override
+    _override = None
+    _from_environment.cache_clear()

@@ -1,0 +1,100 @@
+"""The one SQLite database shared by manager and server: engine, sessions, migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, event
+from sqlmodel import Session, create_engine, func, select
+
+from mlx_server.config import get_settings
+from mlx_server.records import ModelRecord
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+BUSY_TIMEOUT_MS = 5000
+
+_engines: dict[Path, Engine] = {}
+
+
+def _set_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets the dashboard read while a request writes its audit row.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def get_engine(path: Path | None = None) -> Engine:
+    """The engine for `path` (default: the configured database), created once."""
+    path = (path or get_settings().database_path).resolve()
+    if path not in _engines:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(f"sqlite:///{path}", connect_args={"check_same_thread": False})
+        event.listen(engine, "connect", _set_pragmas)
+        _engines[path] = engine
+    return _engines[path]
+
+
+def reset_engine() -> None:
+    for engine in _engines.values():
+        engine.dispose()
+    _engines.clear()
+
+
+def get_session() -> Iterator[Session]:
+    """FastAPI dependency: one session per request."""
+    with Session(get_engine()) as session:
+        yield session
+
+
+def alembic_config(engine: Engine) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", str(engine.url))
+    return config
+
+
+def head_revision() -> str | None:
+    script = ScriptDirectory.from_config(alembic_config(get_engine()))
+    return script.get_current_head()
+
+
+def current_revision(engine: Engine | None = None) -> str | None:
+    with (engine or get_engine()).connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade_database(engine: Engine | None = None, revision: str = "head") -> str | None:
+    """Apply migrations up to `revision`; returns the revision the database is at."""
+    engine = engine or get_engine()
+    with engine.begin() as connection:
+        config = alembic_config(engine)
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+    return current_revision(engine)
+
+
+def database_status(engine: Engine | None = None) -> dict[str, Any]:
+    """State for /health: reachable, migrated to head, and how many models it knows."""
+    engine = engine or get_engine()
+    try:
+        revision = current_revision(engine)
+        with Session(engine) as session:
+            models = session.exec(select(func.count()).select_from(ModelRecord)).one()
+    except Exception as exc:  # reported, not raised: /health must answer
+        return {"status": "error", "detail": str(exc), "models": 0}
+    head = head_revision()
+    return {
+        "status": "ok" if revision == head else "outdated",
+        "revision": revision,
+        "head": head,
+        "path": str(engine.url.database),
+        "models": int(models),
+    }

@@ -1,0 +1,97 @@
+"""Database tables owned by the server (one SQLite file shared with the manager).
+
+The schema is owned by the Alembic migrations in `migrations/`; these classes must
+match them exactly (tests/test_database.py checks there is no drift).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from sqlalchemy import String
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ModelSource(StrEnum):
+    HUB = "hub"
+    GGUF_IMPORT = "gguf-import"
+    LOCAL = "local"
+
+
+class ModelRecord(SQLModel, table=True):
+    """A model on disk that the server can load."""
+
+    __tablename__ = "models"
+
+    id: str = Field(primary_key=True, max_length=255)
+    # Stored as its value ("gguf-import"), not the enum member name.
+    source: ModelSource = Field(sa_type=String(32))
+    path: str
+    size_bytes: int = 0
+    # Where it came from: the GGUF file path, the hub repo id, or the local directory.
+    origin: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ModelCapabilities(SQLModel, table=True):
+    """Everything needed to configure a model without runtime detection (blueprint §11)."""
+
+    __tablename__ = "model_capabilities"
+
+    model_id: str = Field(primary_key=True, max_length=255)
+
+    model_type: str | None = None
+    model_family: str | None = None
+
+    tool_parser_id: str | None = None
+    thinking_parser_id: str | None = None
+
+    supports_native_tools: bool | None = None
+    supports_thinking: bool | None = None
+    tool_format: str | None = None
+    practical_max_tokens: int | None = None
+
+    supports_multi_image: bool | None = None
+    supports_video: bool | None = None
+
+    embedding_dimensions: int | None = None
+    max_sequence_length: int | None = None
+    is_normalized: bool | None = None
+
+    supports_tts: bool | None = None
+    supports_stt: bool | None = None
+
+    probed_at: datetime = Field(default_factory=utcnow)
+    probe_version: int = 3
+
+
+class AuditLog(SQLModel, table=True):
+    """One row per /v1 request."""
+
+    __tablename__ = "audit_log"
+
+    id: int | None = Field(default=None, primary_key=True)
+    request_id: str = Field(index=True, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+    endpoint: str = Field(max_length=128)
+    model: str | None = Field(default=None, index=True, max_length=255)
+    status: int
+    latency_ms: float
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    error: str | None = None
+
+
+class SettingOverride(SQLModel, table=True):
+    """A setting changed at run time (from the dashboard); value is JSON text."""
+
+    __tablename__ = "setting_overrides"
+
+    key: str = Field(primary_key=True, max_length=128)
+    value: str
+    updated_at: datetime = Field(default_factory=utcnow)
