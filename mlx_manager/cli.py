@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Annotated
 
 import typer
 import uvicorn
@@ -43,9 +44,13 @@ def _fail(message: str) -> typer.Exit:
 
 @app.command()
 def serve(
-    host: str | None = typer.Option(None, help="Bind address (default MLX_MANAGER_HOST or 127.0.0.1)."),
-    port: int | None = typer.Option(None, help="Port (default MLX_MANAGER_PORT or 8080)."),
-    no_default_model: bool = typer.Option(False, "--no-default-model", help="Do not import SmolLM2."),
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (default MLX_MANAGER_HOST or 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default MLX_MANAGER_PORT or 8080).")] = None,
+    no_default_model: Annotated[
+        bool, typer.Option("--no-default-model", help="Do not import SmolLM2 when no model exists.")
+    ] = False,
 ) -> None:
     """Serve the dashboard on / and the inference API on /v1."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -77,8 +82,8 @@ def models_list() -> None:
 
 @models_cli.command("import-gguf")
 def models_import_gguf(
-    path: Path = typer.Argument(..., help="GGUF file (llama architecture: Llama, Mistral, SmolLM)."),
-    model_id: str | None = typer.Option(None, "--id", help="Model id (default: the file name)."),
+    path: Annotated[Path, typer.Argument(help="GGUF file (llama architecture: Llama, Mistral, SmolLM).")],
+    model_id: Annotated[str | None, typer.Option("--id", help="Model id (default: the file name).")] = None,
 ) -> None:
     """Convert a GGUF file into an MLX model directory and register it."""
     with _migrated_session() as session:

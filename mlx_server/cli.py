@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 import uvicorn
 
@@ -12,8 +14,10 @@ cli = typer.Typer(add_completion=False, help="Standalone MLX inference server (O
 
 @cli.command()
 def serve(
-    host: str | None = typer.Option(None, help="Bind address (default MLX_SERVER_HOST or 127.0.0.1)."),
-    port: int | None = typer.Option(None, help="Port (default MLX_SERVER_PORT or 8000)."),
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (default MLX_SERVER_HOST or 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default MLX_SERVER_PORT or 8000).")] = None,
 ) -> None:
     """Serve the API; the database is migrated on start."""
     from mlx_server.main import create_app

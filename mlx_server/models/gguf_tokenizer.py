@@ -11,8 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
-from tokenizers import pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 # llama.cpp token types (gguf TokenType): 3 = control, 4 = user defined, 6 = byte.
 _CONTROL = 3
@@ -55,7 +54,7 @@ def _build_bpe(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
         raise TokenizerImportError("BPE tokenizer without tokenizer.ggml.merges")
     merges = [tuple(m.split(" ", 1)) for m in merges_raw]
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))  # type: ignore[arg-type]
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = _byte_level_pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")))
     tok.decoder = decoders.ByteLevel()
     return tok
@@ -147,14 +146,16 @@ def write_tokenizer(meta: dict[str, Any], out_dir: Path, *, max_length: int) -> 
         )
 
     types = _as_list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    if len(types) != len(tokens):
+        raise TokenizerImportError(f"{len(tokens)} tokens but {len(types)} token types in the GGUF metadata")
     specials = [
         AddedToken(t, special=True, normalized=False)
-        for t, kind_id in zip(tokens, types)
+        for t, kind_id in zip(tokens, types, strict=True)
         if kind_id == _CONTROL
     ]
     user = [
         AddedToken(t, special=False, normalized=False)
-        for t, kind_id in zip(tokens, types)
+        for t, kind_id in zip(tokens, types, strict=True)
         if kind_id == _USER_DEFINED
     ]
     tok.add_special_tokens(specials)

@@ -51,7 +51,7 @@ def import_gguf(
 
     Either both the directory and the database row exist afterwards, or neither.
     """
-    model_id = validate_model_id(model_id or gguf_path.stem)
+    model_id = validate_model_id(gguf_path.stem if model_id is None else model_id)
     if get_model(session, model_id) is not None:
         raise ModelStoreError(f"model {model_id!r} already exists; pass --id to import it under another name")
     converted: ConvertedModel = convert_gguf(gguf_path, model_dir(models_dir, model_id))

