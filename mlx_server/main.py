@@ -10,8 +10,10 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
 from mlx_server import __version__
+from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
+from mlx_server.errors import install_error_handlers
 from mlx_server.observability import instrument
 
 health_router = APIRouter()
@@ -47,7 +49,9 @@ def create_app(embedded: bool = False) -> FastAPI:
         version=__version__,
         lifespan=None if embedded else _standalone_lifespan,
     )
+    install_error_handlers(app)
     app.include_router(health_router)
+    app.include_router(v1_router, prefix="" if embedded else "/v1")
     if not embedded:
         instrument(app, token=get_settings().logfire_token, service_name="mlx-server")
     return app

@@ -1,0 +1,25 @@
+"""GET /v1/models and GET /v1/models/{id} (ids may contain '/')."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from sqlmodel import Session
+
+from mlx_server.database import get_session
+from mlx_server.schemas.openai import ModelList, ModelObject
+from mlx_server.services.catalog import get_model_object, list_model_objects
+
+router = APIRouter(tags=["models"])
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+@router.get("/models")
+def list_models(session: SessionDep) -> ModelList:
+    return list_model_objects(session)
+
+
+@router.get("/models/{model_id:path}")
+def retrieve_model(model_id: str, session: SessionDep) -> ModelObject:
+    return get_model_object(session, model_id)

@@ -1,0 +1,88 @@
+"""Errors as OpenAI clients expect them, plus RFC 7807 problem fields (blueprint §13.2).
+
+Body: {"error": {"message", "type", "param", "code"}, "type", "title", "status", "detail"}.
+The OpenAI SDKs read `error`; generic HTTP tooling reads the problem fields.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    507: "insufficient_storage_error",
+}
+
+
+class APIError(Exception):
+    """An error the client can act on; `message` says what to change."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers
+
+
+class ModelNotFoundError(APIError):
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            404,
+            f"The model {model_id!r} does not exist. GET /v1/models lists the available models.",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def error_response(error: APIError) -> JSONResponse:
+    title = HTTPStatus(error.status).phrase
+    body: dict[str, Any] = {
+        "error": {
+            "message": error.message,
+            "type": _OPENAI_TYPES.get(error.status, "server_error" if error.status >= 500 else "api_error"),
+            "param": error.param,
+            "code": error.code,
+        },
+        "type": "about:blank",
+        "title": title,
+        "status": error.status,
+        "detail": error.message,
+    }
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
+async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, APIError)
+    return error_response(exc)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    return error_response(APIError(exc.status_code, str(exc.detail), headers=headers))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
