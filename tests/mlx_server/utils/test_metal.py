@@ -1,0 +1,120 @@
+"""The MLX thread runner: one thread, FIFO jobs, errors propagate, abandoned streams stop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx_lm import stream_generate
+from mlx_lm.sample_utils import make_sampler
+
+from mlx_server.utils.metal import MetalThread
+
+
+@pytest.fixture
+def runner() -> Iterator[MetalThread]:
+    metal = MetalThread()
+    yield metal
+    metal.shutdown()
+
+
+def test_every_job_runs_on_the_same_dedicated_thread(runner: MetalThread) -> None:
+    async def main() -> set[int]:
+        idents = await asyncio.gather(*(runner.run(threading.get_ident) for _ in range(5)))
+        return set(idents)
+
+    idents = asyncio.run(main())
+    assert len(idents) == 1
+    assert idents != {threading.get_ident()}
+
+
+def test_exceptions_reach_the_caller_with_their_type(runner: MetalThread) -> None:
+    def fails() -> None:
+        raise ValueError("bad shape")
+
+    with pytest.raises(ValueError, match="bad shape"):
+        asyncio.run(runner.run(fails))
+
+
+def test_stream_yields_in_order_then_raises_the_generators_error(runner: MetalThread) -> None:
+    def items() -> Iterator[int]:
+        yield from range(3)
+        raise RuntimeError("out of memory")
+
+    async def main() -> list[int]:
+        seen = []
+        with pytest.raises(RuntimeError, match="out of memory"):
+            async for item in runner.stream(items):
+                seen.append(item)
+        return seen
+
+    assert asyncio.run(main()) == [0, 1, 2]
+
+
+def test_mlx_cache_is_cleared_after_each_job(runner: MetalThread) -> None:
+    def allocate() -> float:
+        a = mx.ones((512, 512)) * 2
+        mx.eval(a)
+        del a
+        return float(mx.get_cache_memory())
+
+    cached_inside = asyncio.run(runner.run(allocate))
+    assert cached_inside > 0
+    assert asyncio.run(runner.run(mx.get_cache_memory)) == 0
+
+
+def test_concurrent_streams_run_one_after_another_without_interleaving(runner: MetalThread) -> None:
+    def letters(tag: str) -> Iterator[str]:
+        for i in range(5):
+            time.sleep(0.01)
+            yield f"{tag}{i}"
+
+    order: list[str] = []
+
+    async def consume(tag: str) -> None:
+        async for item in runner.stream(lambda: letters(tag)):
+            order.append(item)
+
+    async def main() -> None:
+        await asyncio.gather(consume("a"), consume("b"))
+
+    asyncio.run(main())
+    assert order == [f"a{i}" for i in range(5)] + [f"b{i}" for i in range(5)]
+
+
+def test_abandoned_model_stream_frees_the_thread_within_two_seconds(
+    runner: MetalThread, smollm: tuple[Any, Any]
+) -> None:
+    model, tokenizer = smollm
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tell me a long story."}], add_generation_prompt=True, tokenize=False
+    )
+    produced: list[str] = []
+
+    def generate() -> Iterator[str]:
+        for response in stream_generate(
+            model, tokenizer, prompt, max_tokens=200, sampler=make_sampler(temp=0.0)
+        ):
+            produced.append(response.text)
+            yield response.text
+
+    async def main() -> float:
+        stream = runner.stream(generate)
+        received = []
+        async for text in stream:
+            received.append(text)
+            if len(received) == 3:
+                break
+        await stream.aclose()  # what a server does when the client disconnects
+        started = time.monotonic()
+        await runner.run(lambda: None)
+        return time.monotonic() - started
+
+    waited = asyncio.run(main())
+    assert waited < 2.0
+    assert len(produced) < 20  # generation stopped within a few tokens, far from max_tokens
