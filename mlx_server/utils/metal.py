@@ -47,9 +47,15 @@ class MetalThread:
         abandoned = threading.Event()
 
         def put(item: object) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the event loop is gone, and with it the consumer
+                abandoned.set()
 
         def job() -> None:
+            if abandoned.is_set():  # the client left while this job waited its turn
+                put(_DONE)
+                return
             items = make_items()
             try:
                 for item in items:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -118,3 +119,25 @@ def test_abandoned_model_stream_frees_the_thread_within_two_seconds(
     waited = asyncio.run(main())
     assert waited < 2.0
     assert len(produced) < 20  # generation stopped within a few tokens, far from max_tokens
+
+
+def test_stream_abandoned_while_queued_never_starts_its_work(runner: MetalThread) -> None:
+    started: list[bool] = []
+
+    def make_items() -> Iterator[int]:
+        started.append(True)  # stands for the prefill a real request would run here
+        return iter([1])
+
+    async def main() -> None:
+        busy = asyncio.ensure_future(runner.run(lambda: time.sleep(0.3)))
+        stream = runner.stream(make_items)
+        waiting = asyncio.ensure_future(anext(stream))
+        await asyncio.sleep(0.05)
+        waiting.cancel()  # the client disconnects while its request is still queued
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await busy
+        await runner.run(lambda: None)  # by now the queued job has had its turn
+
+    asyncio.run(main())
+    assert started == []
