@@ -20,11 +20,12 @@ templates.env.globals["version"] = __version__
 
 
 def filesize(num: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(num) < 1024 or unit == "GB":
+    """Binary units, as `mlx-manager models list` prints them."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(num) < 1024 or unit == "GiB":
             return f"{num:.0f} {unit}" if unit == "B" else f"{num:.1f} {unit}"
         num /= 1024
-    return f"{num:.1f} TB"
+    raise AssertionError("unreachable")
 
 
 templates.env.filters["filesize"] = filesize

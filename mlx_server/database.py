@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,10 @@ def alembic_config(engine: Engine) -> Config:
     return config
 
 
+@lru_cache(maxsize=1)
 def head_revision() -> str | None:
-    script = ScriptDirectory.from_config(alembic_config(get_engine()))
-    return script.get_current_head()
+    """The newest migration (read once: migrations do not change while the app runs)."""
+    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
 
 
 def current_revision(engine: Engine | None = None) -> str | None:

@@ -22,9 +22,9 @@ SettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
 
 
 @router.get("/", response_class=HTMLResponse)
-def home(request: Request, session: SessionDep, settings: SettingsDep) -> HTMLResponse:
+def home(request: Request, session: SessionDep) -> HTMLResponse:
     models = list_models(session)
-    base_url = f"http://{settings.host}:{settings.port}/v1"
+    base_url = f"{request.base_url}v1"  # as the browser reached us, not the bind address
     return render(request, "index.html", models=models, database=database_status(), base_url=base_url)
 
 

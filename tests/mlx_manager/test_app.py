@@ -64,7 +64,7 @@ def test_models_page_lists_registered_models(client: TestClient) -> None:
     _add_model("listed-model")
     page = client.get("/models")
     assert page.status_code == 200
-    assert "listed-model" in page.text and "gguf-import" in page.text and "3.0 MB" in page.text
+    assert "listed-model" in page.text and "gguf-import" in page.text and "3.0 MiB" in page.text
 
 
 def test_audit_page_shows_recorded_requests(client: TestClient) -> None:
