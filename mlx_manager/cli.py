@@ -30,10 +30,14 @@ app.add_typer(db_cli, name="db")
 log = logging.getLogger("mlx_manager")
 
 
-def _migrated_session() -> Session:
-    """Point the server at the manager's home, migrate, and open a session."""
+def _migrate() -> str | None:
+    """Point the server at the manager's home and migrate; returns the revision."""
     server_config.use_settings(get_manager_settings().server_settings())
-    upgrade_database()
+    return upgrade_database()
+
+
+def _migrated_session() -> Session:
+    _migrate()
     return Session(get_engine())
 
 
@@ -97,6 +101,5 @@ def models_import_gguf(
 @db_cli.command("upgrade")
 def db_upgrade() -> None:
     """Apply pending migrations to the database."""
-    server_config.use_settings(get_manager_settings().server_settings())
-    revision = upgrade_database()
+    revision = _migrate()
     typer.echo(f"database {server_config.get_settings().database_path} is at revision {revision}")

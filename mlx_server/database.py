@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from fastapi import Depends
 from sqlalchemy import Engine, event
 from sqlmodel import Session, create_engine, func, select
 
@@ -53,6 +54,9 @@ def get_session() -> Iterator[Session]:
     """FastAPI dependency: one session per request."""
     with Session(get_engine()) as session:
         yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
 
 
 def alembic_config(engine: Engine) -> Config:

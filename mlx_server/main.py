@@ -33,7 +33,8 @@ def health() -> JSONResponse:
 
 
 @asynccontextmanager
-async def _standalone_lifespan(_app: FastAPI) -> AsyncIterator[None]:
+async def migrate_on_start(_app: FastAPI) -> AsyncIterator[None]:
+    """Lifespan of an app that owns the database: bring it to the newest migration."""
     upgrade_database()
     yield
 
@@ -47,7 +48,7 @@ def create_app(embedded: bool = False) -> FastAPI:
     app = FastAPI(
         title="MLX Server",
         version=__version__,
-        lifespan=None if embedded else _standalone_lifespan,
+        lifespan=None if embedded else migrate_on_start,
     )
     install_error_handlers(app)
     app.include_router(health_router)

@@ -6,18 +6,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
-from sqlmodel import Session, col, select
+from sqlmodel import col, select
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.templating import render
 from mlx_server.config import get_settings as get_server_settings
-from mlx_server.database import database_status, get_session
+from mlx_server.database import SessionDep, database_status
 from mlx_server.models.store import list_models
 from mlx_server.records import AuditLog
 
 router = APIRouter()
 
-SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
 
 

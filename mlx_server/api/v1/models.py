@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from fastapi import APIRouter
 
-from fastapi import APIRouter, Depends
-from sqlmodel import Session
-
-from mlx_server.database import get_session
+from mlx_server.database import SessionDep
 from mlx_server.schemas.openai import ModelList, ModelObject
 from mlx_server.services.catalog import get_model_object, list_model_objects
 
 router = APIRouter(tags=["models"])
-SessionDep = Annotated[Session, Depends(get_session)]
 
 
 @router.get("/models")
