@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
+from mlx_manager.csrf import CSRFMiddleware
 from mlx_manager.routers import pages
 from mlx_manager.templating import STATIC_DIR
 from mlx_server import __version__
@@ -36,5 +37,6 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount("/v1", create_server_app(embedded=True))
+    app.add_middleware(CSRFMiddleware)
     instrument(app, token=settings.logfire_token, service_name="mlx-manager")
     return app

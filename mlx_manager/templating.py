@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from mlx_manager.csrf import csrf_token
 from mlx_server import __version__
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -17,6 +18,7 @@ STATIC_DIR = PROJECT_ROOT / "static"
 
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__
+templates.env.globals["csrf_token"] = csrf_token
 
 
 def filesize(num: float) -> str:

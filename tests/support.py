@@ -118,3 +118,10 @@ class ServerProcess:
             raise AssertionError(f"serve ignored SIGTERM for 20 s:\n{self.log.read_text()[-3000:]}") from None
         # uvicorn re-raises the SIGTERM it handled once shut down; anything else (an abort, -6) is a crash.
         assert code in (0, -signal.SIGTERM), f"serve exited with {code}:\n{self.log.read_text()[-3000:]}"
+
+
+def csrf_headers(client: Any) -> dict[str, str]:
+    """The header a dashboard page's htmx would send (after a GET sets the cookie)."""
+    if "mlx_csrf" not in client.cookies:
+        client.get("/")
+    return {"X-CSRF-Token": client.cookies["mlx_csrf"]}

@@ -1,0 +1,122 @@
+"""CSRF protection for the dashboard: a double-submit token.
+
+Every dashboard response makes sure the browser holds a random token in the `mlx_csrf`
+cookie (SameSite=Strict). A state-changing request (POST, PUT, PATCH, DELETE) outside the
+API must send the same token back, in the `X-CSRF-Token` header (htmx does, see
+base.html's `hx-headers`) or in a `csrf_token` form field (plain forms). Another site can
+make the browser send the cookie, but cannot read it to copy it into the request.
+
+The inference API under /v1 is exempt: its clients are scripts with no cookies.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import re
+import secrets
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+COOKIE = "mlx_csrf"
+HEADER = "x-csrf-token"
+FIELD = "csrf_token"
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+EXEMPT_PREFIXES = ("/v1", "/static")
+MAX_FORM_BYTES = 1 << 20
+# What `secrets.token_urlsafe(32)` makes; anything else in the cookie is replaced.
+TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,64}")
+
+
+def csrf_token(request: Request) -> str:
+    """The token for this request's forms and htmx headers (set by the middleware)."""
+    token: str = request.scope["state"]["csrf_token"]
+    return token
+
+
+class CSRFMiddleware:
+    """Pure ASGI so streamed (SSE) responses pass through unbuffered."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(EXEMPT_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        cookie = _cookie_token(scope)
+        token = cookie or secrets.token_urlsafe(32)
+        scope.setdefault("state", {})["csrf_token"] = token
+
+        if scope["method"] in UNSAFE_METHODS:
+            sent, receive = await _submitted_token(scope, receive)
+            if cookie is None or sent is None or not hmac.compare_digest(sent, cookie):
+                await _forbidden(send)
+                return
+
+        async def send_with_cookie(message: Message) -> None:
+            if message["type"] == "http.response.start" and cookie is None:
+                value = f"{COOKIE}={token}; Path=/; SameSite=Strict"
+                message["headers"] = [*message.get("headers", []), (b"set-cookie", value.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+
+def _cookie_token(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"cookie":
+            jar: SimpleCookie = SimpleCookie()
+            jar.load(value.decode("latin-1"))
+            if COOKIE in jar and TOKEN_SHAPE.fullmatch(jar[COOKIE].value):
+                return jar[COOKIE].value
+    return None
+
+
+async def _submitted_token(scope: Scope, receive: Receive) -> tuple[str | None, Receive]:
+    """The token from the header, else from a urlencoded form body (then replayed)."""
+    headers = dict(scope.get("headers", []))
+    if HEADER.encode() in headers:
+        return headers[HEADER.encode()].decode("latin-1"), receive
+    if not headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded"):
+        return None, receive
+
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+        if len(body) > MAX_FORM_BYTES:
+            return None, receive
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    values = parse_qs(body.decode("utf-8", "replace")).get(FIELD)
+    return (values[0] if values else None), replay
+
+
+async def _forbidden(send: Send) -> None:
+    body = json.dumps(
+        {
+            "detail": "CSRF check failed: reload the page and try again "
+            "(the form or request lacked the token from the mlx_csrf cookie)."
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 403,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
