@@ -34,6 +34,10 @@ class MLXServerSettings(BaseSettings):
     # Generation requests admitted at once (running + waiting for the MLX thread); the next
     # one gets 503 with Retry-After instead of an unbounded queue.
     max_pending_requests: int = Field(default=32, ge=1)
+    # Names clients send mapped to local models, by glob pattern, first match wins: e.g.
+    # {"claude-sonnet-*": "qwen3-8b", "claude-haiku-*": "qwen3-8b"} so a coding agent's main
+    # and sub-agent calls land on one loaded model instead of swapping. An exact id wins.
+    model_aliases: dict[str, str] = Field(default_factory=dict)
     # max_tokens when a request gives none.
     default_max_tokens: int = Field(default=512, ge=1)
 

@@ -73,6 +73,32 @@ def error_response(error: APIError) -> JSONResponse:
     return JSONResponse(body, status_code=error.status, headers=error.headers)
 
 
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_response(error: APIError, request_id: str | None = None) -> JSONResponse:
+    """Anthropic's shape: {"type": "error", "error": {"type", "message"}, "request_id"}."""
+    kind = _ANTHROPIC_TYPES.get(error.status, "api_error" if error.status >= 500 else "invalid_request_error")
+    message = (
+        f"{error.param}: {error.message}"
+        if error.param and error.param not in error.message
+        else error.message
+    )
+    body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return JSONResponse(body, status_code=error.status, headers=error.headers)
+
+
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, APIError)
     return error_response(exc)
@@ -98,7 +124,9 @@ def _param(loc: tuple[Any, ...] | list[Any]) -> str | None:
 
 
 def validation_error(errors: list[Any]) -> APIError:
-    first = errors[0] if errors else {}
+    # A value that fails every branch of a union gets one error per branch; the deepest one
+    # names the actual problem (an unknown block type, not "should be a valid string").
+    first: dict[str, Any] = max(errors, key=lambda e: len(e.get("loc", ())), default={})
     kind = first.get("type")
     if kind == "json_invalid":
         detail = (first.get("ctx") or {}).get("error", "")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 from sqlmodel import Session
 
+from mlx_server.config import get_settings
+from mlx_server.database import get_engine
 from mlx_server.errors import ModelNotFoundError
 from mlx_server.models.store import get_model, list_models
 from mlx_server.records import ModelRecord
@@ -24,3 +28,14 @@ def get_model_object(session: Session, model_id: str) -> ModelObject:
     if record is None:
         raise ModelNotFoundError(model_id)
     return _model_object(record)
+
+
+def resolve_model(model_id: str) -> str:
+    """The local model a request names: itself if it exists, else the first alias pattern
+    that matches (MLX_SERVER_MODEL_ALIASES, e.g. {"claude-*": "qwen3-8b"})."""
+    aliases = get_settings().model_aliases
+    target = next((t for pattern, t in aliases.items() if fnmatchcase(model_id, pattern)), None)
+    if target is None:
+        return model_id
+    with Session(get_engine()) as session:
+        return model_id if get_model(session, model_id) is not None else target

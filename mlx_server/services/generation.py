@@ -40,6 +40,9 @@ class GenerationParams:
     # A continuation of the prompt text (legacy completions) keeps a leading space; a chat reply
     # starts a new turn and does not.
     continuation: bool = False
+    # max_tokens as an upper bound (Anthropic clients must send one and send their cloud
+    # model's maximum): beyond the context it is lowered to what fits instead of rejected.
+    max_tokens_is_ceiling: bool = False
 
 
 @dataclass
@@ -53,6 +56,10 @@ class CompletionStats:
     ttft_s: float | None = None
     decode_s: float = 0.0
     finish_reason: str | None = None
+    # The stop string that ended the generation, if one did.
+    stop_sequence: str | None = None
+    # Prompt tokens whose KV state came from the prompt cache instead of a prefill.
+    cached_prompt_tokens: int = 0
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -147,12 +154,14 @@ def _steps(
     params: GenerationParams,
     max_tokens: int,
     constraint: GrammarProcessor | None,
+    stats: CompletionStats,
 ) -> Iterator[_Step]:
     """The token loop; runs on the MLX thread, one item per job."""
     tokenizer = loaded.tokenizer
     stop_ids = set(loaded.adapter.get_stop_tokens())
     detokenizer: Any = _detokenizer(tokenizer, params.continuation)
     cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
+    stats.cached_prompt_tokens = reused
     fed = list(prompt)  # what the cache has seen (or will have): the prompt, then each token
     tokens = generate_step(
         mx.array(prompt[reused:]),
@@ -204,7 +213,7 @@ async def generate_text(
     first_token_at: float | None = None
     stop_filter = StopStringFilter(params.stop)
     stats.prompt_tokens = len(prompt)
-    steps = stream_on_metal_thread(lambda: _steps(loaded, prompt, params, max_tokens, constraint))
+    steps = stream_on_metal_thread(lambda: _steps(loaded, prompt, params, max_tokens, constraint, stats))
     try:
         async for step in steps:
             now = time.perf_counter()
@@ -218,6 +227,7 @@ async def generate_text(
             logprobs = [step.logprob] if step.logprob is not None else []
             if stop_filter.stopped:
                 stats.finish_reason = "stop"
+                stats.stop_sequence = stop_filter.matched
                 yield TextDelta(text, logprobs, "stop")
                 return
             if step.finish_reason is not None:

@@ -120,8 +120,16 @@ def _chat_prompt(
     return text
 
 
-def max_tokens_for(loaded: LoadedModel, prompt_tokens: int, requested: int | None, prompt_param: str) -> int:
-    """The requested budget, checked against the context; without one, what fits (capped)."""
+def max_tokens_for(
+    loaded: LoadedModel,
+    prompt_tokens: int,
+    requested: int | None,
+    prompt_param: str,
+    *,
+    ceiling: bool = False,
+) -> int:
+    """The requested budget, checked against the context; without one, what fits (capped).
+    A `ceiling` is lowered to the room left instead of rejected."""
     default = get_settings().default_max_tokens
     context = loaded.context_length
     if context is None:
@@ -137,6 +145,8 @@ def max_tokens_for(loaded: LoadedModel, prompt_tokens: int, requested: int | Non
         )
     if requested is None:
         return min(default, room)
+    if ceiling:
+        return min(requested, room)
     if requested > room:
         raise APIError(
             400,
@@ -212,7 +222,10 @@ async def generate_chat_completion(
     try:
         prompt_text = _chat_prompt(loaded, messages, shown_tools, enable_thinking, instruction)
         prompt = encode(loaded, prompt_text)
-        max_tokens = max_tokens_for(loaded, len(prompt), params.max_tokens, "messages")
+        max_tokens = max_tokens_for(
+            loaded, len(prompt), params.max_tokens, "messages", ceiling=params.max_tokens_is_ceiling
+        )
+        stats.prompt_tokens = len(prompt)  # known before the first chunk (Anthropic's message_start)
         check_logit_bias(loaded, params)
         constraint, constrained_calls = await _constraint(
             loaded, shown_tools, tool_choice, parallel_tool_calls, output_format, max_tokens
@@ -263,6 +276,24 @@ async def generate_chat_completion(
             warnings.append(f"{problem} ({cause})")
     wanted = logprobs if params.top_logprobs is not None else None
     return fmt.chat_completion(model_id, message, turn.finish_reason(finish_reason), wanted, stats, warnings)
+
+
+async def count_chat_tokens(
+    model_id: str,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: str | dict[str, Any] | None = None,
+    enable_thinking: bool | None = None,
+) -> int:
+    """Prompt tokens the same request would use: the real chat template and tokenizer."""
+    shown_tools = _request_tools(tools, tool_choice)
+    instruction = _tool_choice_instruction(tool_choice) if shown_tools else None
+    loaded, release = await open_model(model_id)
+    try:
+        return len(encode(loaded, _chat_prompt(loaded, messages, shown_tools, enable_thinking, instruction)))
+    finally:
+        release()
 
 
 async def _constraint(

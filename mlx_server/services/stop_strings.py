@@ -14,6 +14,7 @@ class StopStringFilter:
         self._stops = [s for s in stops if s]
         self._pending = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
 
     def feed(self, text: str) -> str:
         if self.stopped:
@@ -21,8 +22,9 @@ class StopStringFilter:
         if not self._stops:
             return text
         pending = self._pending + text
-        cut = min((i for i in (pending.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
+        found = [(i, s) for s in self._stops if (i := pending.find(s)) >= 0]
+        if found:
+            cut, self.matched = min(found)
             self.stopped = True
             self._pending = ""
             return pending[:cut]

@@ -11,6 +11,7 @@ from mlx_server.api.audit_middleware import AuditDetails, audit_details
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import ChatCompletionRequest, SamplingFields
+from mlx_server.services.catalog import resolve_model
 from mlx_server.services.generation import CompletionStats, GenerationParams
 from mlx_server.services.inference import ChunkStream, generate_chat_completion
 from mlx_server.services.sampling import SamplingParams
@@ -33,10 +34,12 @@ def sampling_params(body: SamplingFields) -> SamplingParams:
     )
 
 
-def audit_start(request: Request, body: SamplingFields) -> AuditDetails:
+def audit_start(request: Request, body: SamplingFields) -> tuple[str, AuditDetails]:
+    """The local model the request names (aliases resolved), and its audit row's details."""
+    model = resolve_model(body.model)
     details = audit_details(request)
-    details.model, details.protocol, details.stream = body.model, "openai", body.stream
-    return details
+    details.model, details.protocol, details.stream = model, "openai", body.stream
+    return model, details
 
 
 def audit_stats(details: AuditDetails, stats: CompletionStats) -> None:
@@ -87,7 +90,7 @@ def _check(body: ChatCompletionRequest) -> None:
 
 @router.post("/chat/completions", response_model=None)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
-    details = audit_start(request, body)
+    model, details = audit_start(request, body)
     _check(body)
     stats = CompletionStats()
     params = GenerationParams(
@@ -98,7 +101,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     )
     messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in body.messages]
     result = await generate_chat_completion(
-        body.model,
+        model,
         messages,
         params=params,
         tools=body.tools,

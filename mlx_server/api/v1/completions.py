@@ -27,7 +27,7 @@ def _single_prompt(body: CompletionRequest) -> str | list[int]:
 
 @router.post("/completions", response_model=None)
 async def create_completion(body: CompletionRequest, request: Request) -> Response:
-    details = audit_start(request, body)
+    model, details = audit_start(request, body)
     reject_n(body)
     if body.suffix:
         raise APIError(400, "suffix (fill-in-the-middle) is not supported.", param="suffix")
@@ -41,7 +41,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         top_logprobs=body.logprobs,
     )
     result = await generate_completion(
-        body.model,
+        model,
         _single_prompt(body),
         params=params,
         echo=body.echo,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from mlx_server.database import get_engine, upgrade_database
+from mlx_server.models.store import DEFAULT_MODEL_ID
 from mlx_server.records import ModelRecord, ModelSource
 from tests.support import ServerProcess
 
@@ -19,7 +22,12 @@ from tests.support import ServerProcess
 def inference_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """`mlx-manager serve` on a fresh home: it imports SmolLM2 itself on first start."""
     home = tmp_path_factory.mktemp("inference-home")
-    server = ServerProcess(home, home / "serve.log", env={"MLX_SERVER_IDLE_TTL_SECONDS": "0"})
+    env = {
+        "MLX_SERVER_IDLE_TTL_SECONDS": "0",
+        # Claude-style names land on SmolLM2, as a user would set it up for a coding agent.
+        "MLX_SERVER_MODEL_ALIASES": json.dumps({"claude-*": DEFAULT_MODEL_ID}),
+    }
+    server = ServerProcess(home, home / "serve.log", env=env)
     server.start()
     yield server
     server.stop()
@@ -29,6 +37,14 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 def oai(inference_server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=f"{inference_server.url}/v1", api_key="not-needed", max_retries=0, timeout=60
+    )
+
+
+@pytest.fixture
+def claude(inference_server: ServerProcess) -> anthropic.Anthropic:
+    """The anthropic SDK pointed at the server root, as Claude Code's ANTHROPIC_BASE_URL is."""
+    return anthropic.Anthropic(
+        base_url=inference_server.url, api_key="not-needed", max_retries=0, timeout=120
     )
 
 

@@ -1,0 +1,98 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic's Messages API on the same pipeline.
+
+The key (`x-api-key` or `Authorization: Bearer`) and `anthropic-version` are accepted and not
+checked: the server is local. Every version gets the same, most lenient, behaviour: sampling
+parameters (temperature, top_p, top_k), which API version 2026-10-21 rejects, are honoured,
+because against a local model they are often what the user wants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+
+from mlx_server.api.audit_middleware import audit_details
+from mlx_server.api.sse import anthropic_event_stream
+from mlx_server.api.v1.chat import audit_stats
+from mlx_server.errors import APIError, anthropic_error_response, validation_error
+from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest, TokenCount
+from mlx_server.services.catalog import resolve_model
+from mlx_server.services.generation import CompletionStats
+from mlx_server.services.inference import count_chat_tokens, generate_chat_completion
+from mlx_server.services.protocol import ProtocolTranslator
+
+translator = ProtocolTranslator()
+
+
+class AnthropicRoute(APIRoute):
+    """Errors of these routes, validation included, in Anthropic's shape (the SDKs read it),
+    and the audit row marked as Anthropic before anything can fail."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def anthropic_handler(request: Request) -> Response:
+            details = audit_details(request)
+            details.protocol = "anthropic"
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                error = validation_error(list(exc.errors()))
+            except APIError as exc:
+                error = exc
+            details.error = error.message
+            return anthropic_error_response(error, details.request_id or None)
+
+        return anthropic_handler
+
+
+router = APIRouter(tags=["anthropic"], route_class=AnthropicRoute)
+
+
+@router.post("/messages", response_model=None)
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    details = audit_details(request)
+    model = resolve_model(body.model)
+    details.model, details.stream = model, body.stream
+    chat = translator.anthropic_to_internal(body)
+    stats = CompletionStats()
+    result = await generate_chat_completion(
+        model,
+        chat.messages,
+        params=translator.generation_params(body),
+        tools=chat.tools,
+        tool_choice=chat.tool_choice,
+        parallel_tool_calls=chat.parallel_tool_calls,
+        enable_thinking=chat.enable_thinking,
+        stream=body.stream,
+        stats=stats,
+    )
+    if isinstance(result, dict):
+        audit_stats(details, stats)
+        return JSONResponse(translator.internal_to_anthropic_response(result, stats))
+
+    def failed(message: str) -> None:
+        details.error = message
+
+    events = translator.anthropic_events(result, model, stats)
+    return anthropic_event_stream(events, on_progress=lambda: audit_stats(details, stats), on_error=failed)
+
+
+@router.post("/messages/count_tokens")
+async def count_tokens(body: MessagesInput, request: Request) -> TokenCount:
+    model = resolve_model(body.model)
+    audit_details(request).model = model
+    chat = translator.anthropic_to_internal(body)
+    tokens = await count_chat_tokens(
+        model,
+        chat.messages,
+        tools=chat.tools,
+        tool_choice=chat.tool_choice,
+        enable_thinking=chat.enable_thinking,
+    )
+    return TokenCount(input_tokens=tokens)
