@@ -1,7 +1,8 @@
-"""`mlx-manager`: serve the dashboard + API, manage models and the database."""
+"""`mlx-manager`: serve the dashboard + API, manage and probe models, maintain the database."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Annotated
@@ -13,8 +14,10 @@ from sqlmodel import Session
 from mlx_manager.config import get_manager_settings
 from mlx_server import config as server_config
 from mlx_server.database import get_engine, upgrade_database
+from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.store import ModelStoreError, ensure_default_model, import_gguf, list_models
+from mlx_server.services.probe import ProbeStep, probe_model
 
 app = typer.Typer(
     add_completion=False,
@@ -96,6 +99,39 @@ def models_import_gguf(
         except (GGUFImportError, ModelStoreError) as exc:
             raise _fail(str(exc)) from exc
     typer.echo(f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path}")
+
+
+def _print_step(step: ProbeStep) -> None:
+    if step.status == "running":
+        typer.echo(f"{step.name} ...")
+        return
+    colour = {"ok": typer.colors.GREEN, "failed": typer.colors.RED}.get(step.status, typer.colors.YELLOW)
+    typer.echo(f"{typer.style(step.status, fg=colour)} {step.name}: {step.detail}")
+
+
+@app.command()
+def probe(model_id: Annotated[str, typer.Argument(help="A registered model id (`models list`).")]) -> None:
+    """Find and store what a model can do: tool calls, reasoning, native tools, practical context."""
+    _migrate()
+    try:
+        capabilities = asyncio.run(probe_model(model_id, on_step=_print_step))
+    except ModelNotFoundError as exc:
+        raise _fail(f"no model {model_id!r}; `mlx-manager models list` shows the registered ones") from exc
+    except APIError as exc:
+        raise _fail(exc.message) from exc
+    typer.echo(f"\ncapabilities of {model_id} (stored {capabilities.probed_at:%Y-%m-%d %H:%M:%S} UTC):")
+    fields = (
+        "model_type",
+        "model_family",
+        "tool_parser_id",
+        "thinking_parser_id",
+        "supports_native_tools",
+        "supports_thinking",
+        "tool_format",
+        "practical_max_tokens",
+    )
+    for name in fields:
+        typer.echo(f"  {name:<22}{getattr(capabilities, name)}")
 
 
 @db_cli.command("upgrade")

@@ -197,6 +197,13 @@ class ModelPoolManager:
         loaded.pinned = pinned
         return loaded
 
+    def apply_capabilities(self, capabilities: ModelCapabilities) -> None:
+        """A loaded model takes a new probe's parsers now rather than at its next load."""
+        loaded = self._models.get(capabilities.model_id)
+        if loaded is not None:
+            loaded.adapter = create_adapter(loaded.family, loaded.tokenizer, capabilities)
+            loaded.probed = True
+
     async def unload(self, model_id: str) -> None:
         loaded = self._models.get(model_id)
         if loaded is None:

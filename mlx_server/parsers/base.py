@@ -134,3 +134,11 @@ class ThinkingParser(ABC):
     @abstractmethod
     def remove(self, text: str) -> str:
         """`text` without its reasoning blocks."""
+
+    def validates(self, text: str) -> bool:
+        """Whether `text` holds reasoning in this format: the probe's test, same path as inference.
+
+        A prompt that opened the block itself (it ends with the opening marker) leaves only the
+        reasoning and the closing marker in the output; the caller passes the marker + output.
+        """
+        return self.extract(text) is not None

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlmodel import Session
 from typer.testing import CliRunner
 
 from mlx_manager.cli import app
 from mlx_server.database import head_revision
+from mlx_server.models.pool import reset_model_pool
+from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
+from mlx_server.services.probe import STEP_NAMES
+from mlx_server.utils.metal import reset_metal_thread
 from tests.support import copy_truncated
 
 runner = CliRunner()
@@ -53,3 +58,31 @@ def test_db_upgrade_reports_the_revision(home: Path) -> None:
     assert result.exit_code == 0
     assert f"at revision {head_revision()}" in result.output
     assert (home / "mlx-manager.db").exists()
+
+
+def test_probe_prints_each_step_then_the_stored_capabilities(session: Session, smollm_dir: Path) -> None:
+    session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
+    session.commit()
+    try:
+        result = runner.invoke(app, ["probe", "smol"])
+    finally:
+        reset_model_pool()
+        reset_metal_thread()
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for name in STEP_NAMES:  # each step announced as it starts, then its outcome
+        started = lines.index(f"{name} ...")
+        assert lines[started + 1].startswith(f"ok {name}: "), lines
+    assert "ok unload: unloaded" in lines
+    assert "capabilities of smol (stored " in result.output
+    assert "  model_type            text-gen" in lines
+    stored = session.get(ModelCapabilities, "smol")
+    assert stored is not None and stored.practical_max_tokens is not None
+    assert f"  practical_max_tokens  {stored.practical_max_tokens}" in lines
+
+
+def test_probe_of_an_unknown_model_exits_1_and_names_the_command_that_lists_models(home: Path) -> None:
+    result = runner.invoke(app, ["probe", "no-such-model"])
+    assert result.exit_code == 1
+    assert "error: no model 'no-such-model'; `mlx-manager models list`" in result.output
+    assert "Traceback" not in result.output

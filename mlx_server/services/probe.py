@@ -1,0 +1,367 @@
+"""The model probe (blueprint §10.2): what a model can do, found once by running it.
+
+`probe_model()` detects the type and family, loads the model through the pool, checks whether
+the chat template renders tools itself, asks for a `get_weather` call, looks for reasoning,
+estimates how many tokens fit in memory, and stores it all in `ModelCapabilities`. Each step is
+reported to `on_step` as it starts and as it ends, for a page or a terminal to show.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jinja2 import TemplateError
+from sqlmodel import Session
+
+from mlx_server.database import get_engine
+from mlx_server.errors import APIError
+from mlx_server.models.adapters import ModelAdapter, create_adapter
+from mlx_server.models.detection import ModelType, detect_model_family, detect_model_type, read_chat_template
+from mlx_server.models.pool import LoadedModel, ModelPoolManager, get_model_pool, read_spec
+from mlx_server.parsers.base import ThinkingParser
+from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
+from mlx_server.parsers.thinking import opens_thinking
+from mlx_server.records import ModelCapabilities, utcnow
+from mlx_server.services.generation import CompletionStats, GenerationParams, generate_text
+from mlx_server.services.inference import encode, max_tokens_for, open_model
+from mlx_server.services.sampling import SamplingParams
+from mlx_server.utils.memory import GB, activation_bytes, kv_bytes_per_token, practical_max_tokens
+from mlx_server.utils.metal import run_on_metal_thread
+
+logger = logging.getLogger("mlx_server.probe")
+
+TOOL_NAME = "get_weather"
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+# Short prompts and budgets: prefill and decode run at ~10 tokens/s on a CPU build.
+TOOL_QUESTION = "What is the weather in Paris? Use the get_weather tool."
+THINKING_QUESTION = "What is 17 + 25? Think step by step."
+TOOL_MAX_TOKENS = 48
+THINKING_MAX_TOKENS = 32
+
+StepStatus = Literal["running", "ok", "failed", "skipped"]
+STEP_NAMES = ("detect", "load", "native_tools", "tool_calls", "thinking", "max_tokens", "save", "unload")
+
+
+@dataclass(frozen=True)
+class ProbeStep:
+    """One step's progress: reported as "running", then "ok", "failed" or "skipped"."""
+
+    name: str
+    status: StepStatus
+    detail: str = ""
+
+
+class ProbeRunningError(APIError):
+    def __init__(self, model_id: str) -> None:
+        super().__init__(
+            409,
+            f"A probe of {model_id!r} is already running; wait for it to finish, then probe again.",
+            param="model",
+            code="probe_running",
+        )
+
+
+@dataclass
+class _Outcome:
+    status: StepStatus = "ok"
+    detail: str = ""
+
+
+class _Steps:
+    def __init__(self, on_step: Callable[[ProbeStep], None] | None) -> None:
+        self.on_step = on_step
+
+    def emit(self, step: ProbeStep) -> None:
+        if step.status != "running":
+            logger.info("probe step %s %s: %s", step.name, step.status, step.detail)
+        if self.on_step is not None:
+            self.on_step(step)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[_Outcome]:
+        self.emit(ProbeStep(name, "running"))
+        outcome = _Outcome()
+        try:
+            yield outcome
+        except BaseException as exc:
+            self.emit(
+                ProbeStep(name, "failed", getattr(exc, "message", None) or str(exc) or type(exc).__name__)
+            )
+            raise
+        self.emit(ProbeStep(name, outcome.status, outcome.detail))
+
+
+@dataclass(frozen=True)
+class _Findings:
+    native_tools: bool
+    tool_parser_id: str  # "null" when no parser read a call
+    default_tool_parser_id: str
+    thinking_parser_id: str
+    practical_max_tokens: int | None
+
+
+_running: set[str] = set()
+
+
+def is_probe_running(model_id: str) -> bool:
+    return model_id in _running
+
+
+async def probe_model(
+    model_id: str, *, on_step: Callable[[ProbeStep], None] | None = None
+) -> ModelCapabilities:
+    """Probe `model_id`, store its `ModelCapabilities` (probed_at now) and return them.
+
+    The model is leased from the pool for the probe and unloaded afterwards unless it is pinned
+    or was loaded before. A second probe of the same model while one runs raises
+    `ProbeRunningError`; an unknown model `ModelNotFoundError`. Nothing is stored if a step fails.
+    """
+    if model_id in _running:
+        raise ProbeRunningError(model_id)
+    _running.add(model_id)
+    try:
+        return await _probe(model_id, _Steps(on_step))
+    finally:
+        _running.discard(model_id)
+
+
+async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
+    with steps.step("detect") as outcome:
+        spec = read_spec(model_id)  # ModelNotFoundError, or missing files, before anything loads
+        model_type = detect_model_type(spec.path, spec.config)
+        family = detect_model_family(model_id, spec.config, read_chat_template(spec.path))
+        if model_type is not ModelType.TEXT_GEN:
+            raise APIError(
+                400,
+                f"{model_id!r} is a {model_type} model; the probe runs text-generation models only.",
+                param="model",
+                code="model_type_unsupported",
+            )
+        outcome.detail = f"type {model_type}, family {family}"
+    pool = get_model_pool()
+    was_loaded = pool.get_loaded(model_id) is not None
+    with steps.step("load") as outcome:
+        started = time.perf_counter()
+        loaded, release = await open_model(model_id)
+        elapsed = time.perf_counter() - started
+        outcome.detail = "already loaded" if was_loaded else f"loaded in {elapsed:.1f} s"
+    try:
+        findings = await _examine(loaded, family, pool.budget_bytes, steps)
+    except BaseException:
+        release()
+        await _unload(pool, loaded, was_loaded, None, steps)
+        raise
+    release()
+    with steps.step("save") as outcome:
+        capabilities = _save(model_id, model_type, family, findings)
+        outcome.detail = f"ModelCapabilities of {model_id!r} stored"
+    await _unload(pool, loaded, was_loaded, capabilities, steps)
+    return capabilities
+
+
+async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: _Steps) -> _Findings:
+    with steps.step("native_tools") as outcome:
+        native = renders_tools(loaded.tokenizer)
+        outcome.detail = (
+            "the chat template renders tools itself"
+            if native
+            else "the chat template ignores tools; they go into the system prompt"
+        )
+    # The family's default parsers, not those of an earlier probe: a re-probe starts over.
+    adapter = create_adapter(
+        family, loaded.tokenizer, ModelCapabilities(model_id=loaded.model_id, supports_native_tools=native)
+    )
+    tool_parser_id = thinking_parser_id = "null"
+    with steps.step("tool_calls") as outcome:
+        if not adapter.has_chat_template:
+            outcome.status, outcome.detail = "skipped", "no chat template: no tool calls"
+        else:
+            tool_prompt = _tool_prompt(adapter)
+            tool_output = await _generate(loaded, tool_prompt, TOOL_MAX_TOKENS)
+            tool_parser_id = find_tool_parser(adapter.tool_parser.parser_id, tool_output)
+            outcome.detail = _tool_detail(adapter.tool_parser.parser_id, tool_parser_id, tool_output)
+    with steps.step("thinking") as outcome:
+        if not adapter.has_chat_template:
+            outcome.status, outcome.detail = "skipped", "no chat template: no reasoning"
+        else:
+            prompt, output, source = tool_prompt, tool_output, "the tool reply"
+            if template_mentions_thinking(str(loaded.tokenizer.chat_template)):
+                prompt = _thinking_prompt(adapter)
+                output = await _generate(loaded, prompt, THINKING_MAX_TOKENS)
+                source = "a reply with enable_thinking"
+            thinking_parser_id = find_thinking_parser(adapter.thinking_parser.parser_id, prompt, output)
+            found = "no reasoning" if thinking_parser_id == "null" else f"{thinking_parser_id} reasoning"
+            outcome.detail = f"{found} in {source}"
+    with steps.step("max_tokens") as outcome:
+        dtype_bytes = await run_on_metal_thread(lambda: activation_bytes(loaded.model))
+        practical = practical_max_tokens(
+            loaded.config, budget_bytes=budget_bytes, weights_bytes=loaded.size_bytes, dtype_bytes=dtype_bytes
+        )
+        per_token = kv_bytes_per_token(loaded.config, dtype_bytes)
+        outcome.detail = f"{practical} tokens (context {loaded.context_length}"
+        if per_token:
+            free = max(0, budget_bytes - loaded.size_bytes)
+            outcome.detail += f"; {per_token} KV bytes per token, {free / GB:.2f} GB beside the weights"
+        outcome.detail += ")"
+    return _Findings(native, tool_parser_id, adapter.tool_parser.parser_id, thinking_parser_id, practical)
+
+
+def find_tool_parser(default_id: str, output: str) -> str:
+    """The first parser that reads a `get_weather` call in `output`: the family default, then
+    every registered parser in registry order; "null" when none does.
+
+    Every parser reads the one output rather than a generation of its own. With a template that
+    renders tools, the prompt does not depend on the parser, so greedy decoding would write the
+    same text for each; with tools in the system prompt, a prompt per parser would only show the
+    model another format to copy, while the question is what it writes when asked the way
+    inference asks it. One generation instead of fifteen (~15 s each here).
+    """
+    candidates = [default_id, *(pid for pid in TOOL_PARSERS if pid not in (default_id, "null"))]
+    return next((pid for pid in candidates if TOOL_PARSERS[pid]().validates(output, TOOL_NAME)), "null")
+
+
+def find_thinking_parser(default_id: str, prompt: str, output: str) -> str:
+    """The first thinking parser (the family default, then every registered one) that finds
+    reasoning in `output`, read as inference reads it: after the block the prompt opened."""
+    candidates = [default_id, *(pid for pid in THINKING_PARSERS if pid not in (default_id, "null"))]
+    for parser_id in candidates:
+        parser = THINKING_PARSERS[parser_id]()
+        if parser.validates(_opened_marker(prompt, parser) + output):
+            return parser_id
+    return "null"
+
+
+def _opened_marker(prompt: str, parser: ThinkingParser) -> str:
+    if not opens_thinking(prompt, parser):
+        return ""
+    return next(start for start, _ in parser.stream_markers if prompt.rstrip().endswith(start.strip()))
+
+
+def template_mentions_thinking(template: str) -> bool:
+    """Whether the chat template toggles reasoning or writes a reasoning marker."""
+    markers = {start.strip() for cls in THINKING_PARSERS.values() for start, _ in cls().stream_markers}
+    return "enable_thinking" in template or any(marker in template for marker in markers if marker)
+
+
+def _render(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
+    return str(
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
+    )
+
+
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether the chat template writes `tools=` into the prompt: tried, not guessed from its text."""
+    messages = [{"role": "user", "content": "Hi"}]
+    try:
+        with_tools = _render(tokenizer, messages, tools=[WEATHER_TOOL])
+        return TOOL_NAME in with_tools and with_tools != _render(tokenizer, messages)
+    except (TemplateError, TypeError, ValueError):  # no template, or one that refuses tools
+        return False
+
+
+def _tool_prompt(adapter: ModelAdapter) -> str:
+    """The prompt inference would build for this question and tool (inference's `_chat_prompt`)."""
+    messages = adapter.convert_messages([{"role": "user", "content": TOOL_QUESTION}])
+    if adapter.supports_native_tools():
+        return adapter.apply_chat_template(messages, tools=[WEATHER_TOOL], enable_thinking=False)
+    messages = adapter.add_system_text(messages, adapter.format_tools_for_prompt([WEATHER_TOOL]))
+    return adapter.apply_chat_template(messages, enable_thinking=False)
+
+
+def _thinking_prompt(adapter: ModelAdapter) -> str:
+    # The template's own switch: the adapter passes enable_thinking only when its thinking
+    # parser has a toggle, and the family default may be the null parser.
+    messages = adapter.convert_messages([{"role": "user", "content": THINKING_QUESTION}])
+    return _render(adapter.tokenizer, messages, enable_thinking=True)
+
+
+async def _generate(loaded: LoadedModel, prompt: str, max_tokens: int) -> str:
+    """Greedy text of one short generation on the leased model, through inference's token loop."""
+    tokens = encode(loaded, prompt)
+    budget = max_tokens_for(loaded, len(tokens), max_tokens, "messages")
+    params = GenerationParams(max_tokens=budget, sampling=SamplingParams(temperature=0.0))
+    deltas = generate_text(loaded, tokens, params, budget, CompletionStats())
+    parts: list[str] = []
+    try:
+        async for delta in deltas:
+            parts.append(delta.text)
+    finally:
+        await deltas.aclose()
+    return "".join(parts)
+
+
+def _tool_detail(default_id: str, found_id: str, output: str) -> str:
+    if found_id == default_id:
+        return f"{found_id} (the family default) read a {TOOL_NAME} call"
+    if found_id != "null":
+        return f"{found_id} read a {TOOL_NAME} call (the family default {default_id} did not)"
+    excerpt = " ".join(output.split())[:120]
+    return f"no parser read a {TOOL_NAME} call; the model wrote: {excerpt!r}"
+
+
+def _save(model_id: str, model_type: ModelType, family: str, findings: _Findings) -> ModelCapabilities:
+    with Session(get_engine()) as session:
+        row = session.get(ModelCapabilities, model_id) or ModelCapabilities(model_id=model_id)
+        row.model_type = str(model_type)
+        row.model_family = family
+        tools_work = findings.tool_parser_id != "null"
+        # A model that wrote no readable call keeps its family's format (tool_format None says
+        # "unverified"): storing "null" would also switch off the call grammar, which makes
+        # even such a model write valid calls under tool_choice "required".
+        row.tool_parser_id = findings.tool_parser_id if tools_work else findings.default_tool_parser_id
+        row.thinking_parser_id = findings.thinking_parser_id
+        row.supports_native_tools = findings.native_tools
+        row.supports_thinking = findings.thinking_parser_id != "null"
+        row.tool_format = ("native" if findings.native_tools else "injection") if tools_work else None
+        row.practical_max_tokens = findings.practical_max_tokens
+        row.probed_at = utcnow()
+        session.add(row)
+        session.commit()
+        session.refresh(row)
+        session.expunge(row)
+    return row
+
+
+async def _unload(
+    pool: ModelPoolManager,
+    loaded: LoadedModel,
+    was_loaded: bool,
+    capabilities: ModelCapabilities | None,
+    steps: _Steps,
+) -> None:
+    """Unload the model unless something else wants it; a model left loaded takes the new
+    capabilities now."""
+    with steps.step("unload") as outcome:
+        if pool.get_loaded(loaded.model_id) is not loaded:
+            outcome.status, outcome.detail = "skipped", "the pool already unloaded it"
+            return
+        keep = _keep_reason(loaded, was_loaded)
+        if keep is None:
+            await pool.unload(loaded.model_id)
+            outcome.detail = "unloaded"
+            return
+        if capabilities is not None:
+            pool.apply_capabilities(capabilities)
+        outcome.status, outcome.detail = "skipped", f"left loaded: {keep}"
+
+
+def _keep_reason(loaded: LoadedModel, was_loaded: bool) -> str | None:
+    if loaded.pinned:
+        return "it is pinned"
+    if was_loaded:
+        return "it was loaded before the probe"
+    if loaded.active:
+        return f"{loaded.active} request(s) are using it"
+    return None
