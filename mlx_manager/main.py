@@ -10,7 +10,9 @@ from fastapi.staticfiles import StaticFiles
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.csrf import CSRFMiddleware
-from mlx_manager.routers import pages
+from mlx_manager.routers import audit, downloads, hub, models, pages, server
+from mlx_manager.services.downloads import download_services
+from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.templating import STATIC_DIR
 from mlx_server import __version__
 from mlx_server import config as server_config
@@ -21,8 +23,9 @@ from mlx_server.observability import instrument
 
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-    """The embedded server has no lifespan of its own: the manager runs the server's services."""
-    async with server_services():
+    """The embedded server has no lifespan of its own: the manager runs the server's services,
+    then its own (hub downloads, resumed where a previous run left them)."""
+    async with server_services(), download_services(), probe_services():
         yield
 
 
@@ -35,6 +38,11 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
     app.include_router(health_router)
     app.include_router(pages.router)
+    app.include_router(models.router)
+    app.include_router(server.router)
+    app.include_router(audit.router)
+    app.include_router(hub.router)
+    app.include_router(downloads.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount("/v1", create_server_app(embedded=True))
     app.add_middleware(CSRFMiddleware)

@@ -1,11 +1,12 @@
-"""Manager-owned tables: playground conversations and their messages."""
+"""Manager-owned tables: playground conversations and their messages, hub download jobs."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, Column, ForeignKey, Integer
+from sqlalchemy import JSON, Column, ForeignKey, Integer, String
 from sqlmodel import Field, SQLModel
 
 from mlx_server.records import utcnow
@@ -40,3 +41,31 @@ class ChatMessage(SQLModel, table=True):
     tool_call_id: str | None = Field(default=None, max_length=128)
     stats: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class DownloadStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class DownloadJob(SQLModel, table=True):
+    """One hub download (services/downloads.py); queued and running jobs resume at start."""
+
+    __tablename__ = "download_jobs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    repo_id: str = Field(index=True, max_length=255)
+    revision: str = Field(default="main", max_length=255)
+    # Stored as its value ("running"), not the enum member name.
+    status: DownloadStatus = Field(default=DownloadStatus.QUEUED, sa_type=String(16), index=True)
+    bytes_done: int = 0
+    bytes_total: int | None = None
+    # What went wrong and what to do about it (failed jobs only).
+    error: str | None = None
+    # The registered model, once completed.
+    model_id: str | None = Field(default=None, max_length=255)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)

@@ -11,6 +11,7 @@ from fastapi.templating import Jinja2Templates
 
 from mlx_manager.csrf import csrf_token
 from mlx_server import __version__
+from mlx_server.models.pool import get_model_pool
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
@@ -19,6 +20,15 @@ STATIC_DIR = PROJECT_ROOT / "static"
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__
 templates.env.globals["csrf_token"] = csrf_token
+
+
+def pool_summary() -> dict[str, int]:
+    """The header's pool indicator: models loaded, memory used and the budget."""
+    status = get_model_pool().status()
+    return {"loaded": len(status["models"]), "used": status["used_bytes"], "budget": status["budget_bytes"]}
+
+
+templates.env.globals["pool_summary"] = pool_summary
 
 
 def filesize(num: float) -> str:
@@ -33,8 +43,20 @@ def filesize(num: float) -> str:
 templates.env.filters["filesize"] = filesize
 
 
+def wants_fragment(request: Request) -> bool:
+    """An htmx request that swaps part of the page (HX-Request), not boosted navigation or a
+    history restore, which replace the whole page."""
+    headers = request.headers
+    return (
+        headers.get("HX-Request") == "true"
+        and headers.get("HX-Boosted") != "true"
+        and headers.get("HX-History-Restore-Request") != "true"
+    )
+
+
 def render(request: Request, page: str, partial: str | None = None, **context: Any) -> HTMLResponse:
-    """Render `page`, or only `partial` when htmx asks (HX-Request header)."""
-    is_htmx = request.headers.get("HX-Request") == "true"
-    name = partial if partial and is_htmx else page
-    return templates.TemplateResponse(request, name, context)
+    """Render `page`, or only `partial` when htmx asks for a fragment (see `wants_fragment`)."""
+    name = partial if partial and wants_fragment(request) else page
+    response = templates.TemplateResponse(request, name, context)
+    response.headers["Vary"] = "HX-Request"  # one URL, two bodies: caches must keep them apart
+    return response

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import String
+from sqlalchemy import JSON, Column, String
 from sqlmodel import Field, SQLModel
 
 
@@ -78,9 +79,9 @@ class AuditLog(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     request_id: str = Field(index=True, max_length=64)
     created_at: datetime = Field(default_factory=utcnow, index=True)
-    endpoint: str = Field(max_length=128)
+    endpoint: str = Field(max_length=128, index=True)
     model: str | None = Field(default=None, index=True, max_length=255)
-    status: int
+    status: int = Field(index=True)
     latency_ms: float
     # Time to first token of a generation (streamed or not); None where nothing is generated.
     ttft_ms: float | None = None
@@ -90,6 +91,8 @@ class AuditLog(SQLModel, table=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    # The generation parameters the client set (temperature, max_tokens, ...); never the prompt.
+    parameters: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class SettingOverride(SQLModel, table=True):

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
-from sqlmodel import col, select
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.templating import render
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.database import SessionDep, database_status
 from mlx_server.models.store import list_models
-from mlx_server.records import AuditLog
 
 router = APIRouter()
 
@@ -25,21 +23,6 @@ def home(request: Request, session: SessionDep) -> HTMLResponse:
     models = list_models(session)
     base_url = f"{request.base_url}v1"  # as the browser reached us, not the bind address
     return render(request, "index.html", models=models, database=database_status(), base_url=base_url)
-
-
-@router.get("/models", response_class=HTMLResponse)
-def models_page(request: Request, session: SessionDep) -> HTMLResponse:
-    models = list_models(session)
-    total = sum(m.size_bytes for m in models)
-    return render(request, "models.html", models=models, total_size=total)
-
-
-@router.get("/audit", response_class=HTMLResponse)
-def audit_page(
-    request: Request, session: SessionDep, limit: Annotated[int, Query(ge=1, le=500)] = 100
-) -> HTMLResponse:
-    rows = session.exec(select(AuditLog).order_by(col(AuditLog.id).desc()).limit(limit)).all()
-    return render(request, "audit.html", rows=rows, limit=limit)
 
 
 @router.get("/settings", response_class=HTMLResponse)

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from uuid import uuid4
 
 from fastapi import Depends, Request
+from pydantic import BaseModel
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -33,6 +34,33 @@ NOT_AUDITED = frozenset({"/v1/health"})  # polled by monitors; would drown the l
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_ERROR_CHARS = 4000
 _MAX_ENDPOINT_CHARS = 128  # the column's declared length
+# Request fields recorded as the audit row's parameters when the client set them: how it asked
+# to generate, never what it sent to generate from (messages, prompt, tool definitions).
+AUDITED_PARAMETERS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "stop",
+        "stop_sequences",
+        "n",
+        "max_tokens",
+        "max_completion_tokens",
+        "logprobs",
+        "top_logprobs",
+        "echo",
+        "best_of",
+        "tool_choice",
+        "parallel_tool_calls",
+        "enable_thinking",
+        "thinking",
+    }
+)
 
 
 @dataclass(slots=True)
@@ -47,6 +75,7 @@ class AuditDetails:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     error: str | None = None
+    parameters: dict[str, Any] | None = None
     # perf_counter() at the request's arrival: the origin of latency_ms and ttft_ms.
     started: float = field(default_factory=time.perf_counter, repr=False, compare=False)
 
@@ -66,6 +95,25 @@ def audit_details(request: Request) -> AuditDetails:
 
 
 AuditDetailsDep = Annotated[AuditDetails, Depends(audit_details)]
+
+
+def audit_parameters(body: BaseModel) -> dict[str, Any]:
+    """The generation parameters the client set in `body` (see AUDITED_PARAMETERS), as JSON values."""
+    parameters: dict[str, Any] = body.model_dump(
+        mode="json", include=set(AUDITED_PARAMETERS), exclude_unset=True
+    )
+    tools = getattr(body, "tools", None)
+    if tools:  # names only: definitions can be long and are part of the prompt
+        parameters["tools"] = [_tool_name(tool) for tool in tools]
+    return parameters
+
+
+def _tool_name(tool: object) -> str:
+    if isinstance(tool, dict):
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, dict) else tool.get("name")
+        return str(name)
+    return str(getattr(tool, "name", "?"))
 
 
 def _full_path(scope: Scope) -> str:
@@ -198,6 +246,7 @@ class _Exchange:
                     prompt_tokens=details.prompt_tokens,
                     completion_tokens=details.completion_tokens,
                     error=error[:_MAX_ERROR_CHARS] if error else None,
+                    parameters=details.parameters,
                 )
             )
         except Exception:  # the audit log must never fail a request

@@ -1,8 +1,10 @@
 """The audit log: one row per /v1 request, written off the response path.
 
 `record()` only puts the row on a queue; one writer thread inserts queued rows in batches
-with its own session, so a slow or locked database never delays a response. Rows older
-than the retention setting are pruned by a scheduled job (see `mlx_server.main`).
+with its own session, so a slow or locked database never delays a response. Listeners
+(`listening()`) hear about each committed batch: the dashboard's live tail. Rows older
+than the retention setting (the dashboard's override, else the environment's) are pruned
+by a scheduled job (see `mlx_server.main`).
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import logging
 import queue
 import re
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement
 from sqlmodel import Session, col, delete, func, select
 
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, utcnow
+from mlx_server.services.audit_search import AuditFilter
+from mlx_server.services.setting_overrides import delete_override, read_override, write_override
 
 logger = logging.getLogger("mlx_server.audit")
 
@@ -29,6 +35,35 @@ BATCH_SIZE = 200
 MAX_QUEUED = 10_000
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 _STATUS_CLASS = re.compile(r"[1-5]xx")
+RETENTION_KEY = "audit_retention_days"
+MAX_RETENTION_DAYS = 3650
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Days audit rows are kept (0: forever), and whether the dashboard overrides the environment."""
+
+    days: int
+    overridden: bool
+
+
+def audit_retention(session: Session) -> Retention:
+    """The retention in force: the dashboard's override, else MLX_SERVER_AUDIT_RETENTION_DAYS."""
+    override = read_override(session, RETENTION_KEY)
+    if isinstance(override, int) and 0 <= override <= MAX_RETENTION_DAYS:
+        return Retention(days=override, overridden=True)
+    return Retention(days=get_settings().audit_retention_days, overridden=False)
+
+
+def set_audit_retention(session: Session, days: int | None) -> Retention:
+    """Override the retention with `days` (1..MAX_RETENTION_DAYS), or None for the environment's."""
+    if days is None:
+        delete_override(session, RETENTION_KEY)
+    elif 1 <= days <= MAX_RETENTION_DAYS:
+        write_override(session, RETENTION_KEY, days)
+    else:
+        raise ValueError(f"retention must be between 1 and {MAX_RETENTION_DAYS} days, got {days}")
+    return audit_retention(session)
 
 
 class _Flush:
@@ -50,6 +85,8 @@ class AuditService:
         self._queue: queue.SimpleQueue[AuditLog | _Flush | _Stop] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._listeners: set[Callable[[], None]] = set()
+        self._listeners_lock = threading.Lock()
 
     @property
     def running(self) -> bool:
@@ -110,10 +147,33 @@ class AuditService:
             session.commit()
         return int(result.rowcount)
 
-    def prune_expired(self) -> int:
-        """The retention job: prune by the configured retention; failures are logged, not raised."""
+    @contextmanager
+    def listening(self, callback: Callable[[], None]) -> Iterator[None]:
+        """Call `callback` after each batch of rows is committed, while the block runs.
+
+        It runs on the writer thread, so it must be quick and thread-safe (e.g. hand a wake-up
+        to an event loop with `call_soon_threadsafe`); it carries no rows: listeners read what
+        they need from the database, which also shows rows written by other processes.
+        """
+        with self._listeners_lock:
+            self._listeners.add(callback)
         try:
-            deleted = self.prune(get_settings().audit_retention_days)
+            yield
+        finally:
+            with self._listeners_lock:
+                self._listeners.discard(callback)
+
+    @property
+    def listener_count(self) -> int:
+        with self._listeners_lock:
+            return len(self._listeners)
+
+    def prune_expired(self) -> int:
+        """The retention job: prune by the retention in force; failures are logged, not raised."""
+        try:
+            with Session(get_engine()) as session:
+                days = audit_retention(session).days
+            deleted = self.prune(days)
         except Exception:
             logger.exception("pruning the audit log failed")
             return 0
@@ -143,18 +203,10 @@ class AuditService:
             raise ValueError(f"limit must be between 1 and {MAX_QUERY_LIMIT}")
         if offset < 0:
             raise ValueError("offset must not be negative")
-        conditions: list[ColumnElement[bool]] = []
-        if model is not None:
-            conditions.append(col(AuditLog.model) == model)
-        if endpoint is not None:
-            conditions.append(col(AuditLog.endpoint) == endpoint)
-        if status is not None:
-            conditions.append(col(AuditLog.status) == status)
-        if status_class is not None:
-            low = int(status_class[0]) * 100
-            conditions.append(col(AuditLog.status).between(low, low + 99))
-        if since is not None:
-            conditions.append(col(AuditLog.created_at) >= since)
+        filters = AuditFilter(
+            model=model, endpoint=endpoint, status=status, status_class=status_class, since=since
+        )
+        conditions = filters.conditions()
         total = session.exec(select(func.count()).select_from(AuditLog).where(*conditions)).one()
         rows = session.exec(
             select(AuditLog)
@@ -202,6 +254,17 @@ class AuditService:
                 session.commit()
         except Exception:
             logger.exception("could not write %d audit row(s); they are lost", len(rows))
+            return
+        self._notify()
+
+    def _notify(self) -> None:
+        with self._listeners_lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:  # one broken listener must not stop the writer
+                logger.exception("an audit listener failed")
 
 
 audit_service = AuditService()

@@ -1,12 +1,26 @@
-"""Pool operations for the admin API and the dashboard: status, load (pin), unload."""
+"""Pool operations for the admin API and the dashboard: status, load (pin), unload, and the
+pool's limits changed at run time (stored as setting overrides, applied live)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlmodel import Session
+
+from mlx_server.config import get_settings
+from mlx_server.database import get_engine
+from mlx_server.errors import APIError
 from mlx_server.models.pool import get_model_pool
-from mlx_server.utils.memory import active_memory_bytes, process_rss_bytes
+from mlx_server.services.setting_overrides import delete_override, read_override, write_override
+from mlx_server.utils.memory import (
+    GB,
+    active_memory_bytes,
+    default_budget_bytes,
+    physical_memory_bytes,
+    process_rss_bytes,
+)
 
 
 def _iso(timestamp: float) -> str:
@@ -41,3 +55,92 @@ def set_pinned(model_id: str, pinned: bool) -> dict[str, Any]:
 async def unload_model(model_id: str) -> dict[str, Any]:
     await get_model_pool().unload(model_id)
     return {"id": model_id, "unloaded": True}
+
+
+# --- Limits changed at run time (the dashboard's server page) ---
+
+MAX_MODELS_LIMIT = 64
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    max_memory_gb: float
+    max_models: int
+    idle_ttl_seconds: float
+    # Whether each comes from the dashboard (True) or the environment / machine default.
+    overridden: frozenset[str] = frozenset()
+
+
+def pool_limits() -> PoolLimits:
+    pool = get_model_pool()
+    with Session(get_engine()) as session:
+        overridden = frozenset(k for k in LIMIT_KEYS if read_override(session, k) is not None)
+    return PoolLimits(pool.budget_bytes / GB, pool.max_models, pool.idle_ttl_seconds, overridden)
+
+
+def set_pool_limits(*, max_memory_gb: float, max_models: int, idle_ttl_seconds: float) -> PoolLimits:
+    """Store and apply at once; a lower budget or count is enforced on the next load (models
+    serving requests are never pulled from under them)."""
+    physical = physical_memory_bytes() / GB
+    if not 0.1 <= max_memory_gb <= physical:
+        raise ValueError(f"memory budget must be between 0.1 and {physical:.1f} GB (this machine's RAM)")
+    if not 1 <= max_models <= MAX_MODELS_LIMIT:
+        raise ValueError(f"max models must be between 1 and {MAX_MODELS_LIMIT}")
+    if idle_ttl_seconds < 0:
+        raise ValueError("idle TTL must be 0 (never unload) or more seconds")
+    values = {"max_memory_gb": max_memory_gb, "max_models": max_models, "idle_ttl_seconds": idle_ttl_seconds}
+    with Session(get_engine()) as session:
+        for key, value in values.items():
+            write_override(session, key, value)
+    _apply(values)
+    return pool_limits()
+
+
+def reset_pool_limits() -> PoolLimits:
+    """Back to the environment's limits (MLX_SERVER_MAX_MEMORY_GB, ...)."""
+    with Session(get_engine()) as session:
+        for key in LIMIT_KEYS:
+            delete_override(session, key)
+    settings = get_settings()
+    _apply(
+        {
+            "max_memory_gb": settings.max_memory_gb or default_budget_bytes() / GB,
+            "max_models": settings.max_models,
+            "idle_ttl_seconds": settings.idle_ttl_seconds,
+        }
+    )
+    return pool_limits()
+
+
+def apply_stored_pool_limits() -> None:
+    """At start: the dashboard's overrides win over the environment."""
+    with Session(get_engine()) as session:
+        stored = {k: v for k in LIMIT_KEYS if isinstance(v := read_override(session, k), int | float)}
+    _apply(stored)
+
+
+LIMIT_KEYS = ("max_memory_gb", "max_models", "idle_ttl_seconds")
+
+
+def _apply(values: dict[str, Any]) -> None:
+    pool = get_model_pool()
+    if "max_memory_gb" in values:
+        pool.budget_bytes = int(float(values["max_memory_gb"]) * GB)
+    if "max_models" in values:
+        pool.max_models = int(values["max_models"])
+    if "idle_ttl_seconds" in values:
+        pool.idle_ttl_seconds = float(values["idle_ttl_seconds"])
+
+
+async def unload_all() -> list[str]:
+    """Unload every model that is not serving a request (busy ones stay; say so)."""
+    pool = get_model_pool()
+    idle = [m["id"] for m in pool.status()["models"] if not m["active_requests"]]
+    unloaded = []
+    for model_id in idle:
+        try:
+            await pool.unload(model_id)
+        except APIError:  # a request arrived meanwhile: that model stays
+            continue
+        unloaded.append(model_id)
+    return unloaded

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from mlx_server.api.audit_middleware import AuditDetails, audit_details
+from mlx_server.api.audit_middleware import AuditDetails, audit_details, audit_parameters
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import ChatCompletionRequest, SamplingFields
@@ -39,6 +39,7 @@ def audit_start(request: Request, body: SamplingFields) -> tuple[str, AuditDetai
     model = resolve_model(body.model)
     details = audit_details(request)
     details.model, details.protocol, details.stream = model, "openai", body.stream
+    details.parameters = audit_parameters(body)
     return model, details
 
 

@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from mlx_server.api.audit_middleware import audit_details
+from mlx_server.api.audit_middleware import audit_details, audit_parameters
 from mlx_server.api.sse import anthropic_event_stream
 from mlx_server.api.v1.chat import audit_stats
 from mlx_server.errors import APIError, anthropic_error_response, validation_error
@@ -59,6 +59,7 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     details = audit_details(request)
     model = resolve_model(body.model)
     details.model, details.stream = model, body.stream
+    details.parameters = audit_parameters(body)
     chat = translator.anthropic_to_internal(body)
     stats = CompletionStats()
     result = await generate_chat_completion(

@@ -1,0 +1,211 @@
+"""Models page: local models with their capabilities and pool state; load, pin, unload,
+probe, delete, import a GGUF file. Every action is a POST that answers with the model's row
+for htmx, or redirects back to the page for a plain form."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlmodel import Session
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from mlx_manager.routers.hub import search_results
+from mlx_manager.services.downloads import get_download_manager
+from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort
+from mlx_manager.services.local_models import delete_model, disk_usage, local_model, local_models
+from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs
+from mlx_manager.templating import render, templates, wants_fragment
+from mlx_server.config import get_settings
+from mlx_server.database import SessionDep, get_engine
+from mlx_server.errors import APIError
+from mlx_server.models.gguf_import import GGUFImportError
+from mlx_server.models.store import ModelStoreError, get_model, import_gguf
+from mlx_server.services import pool_admin
+
+router = APIRouter(prefix="/models")
+
+# How long a probe watcher waits before re-sending the panel (keeps proxies from timing out).
+PROBE_EVENT_SECONDS = 15
+
+
+def _page(
+    request: Request,
+    session: Session,
+    *,
+    message: str | None = None,
+    error: str | None = None,
+    status: int = 400,
+    hub: dict[str, Any] | None = None,
+) -> HTMLResponse:
+    models = local_models(session)
+    response = render(
+        request,
+        "models.html",
+        models=models,
+        disk=disk_usage(models),
+        probes=get_probe_jobs(),
+        jobs=get_download_manager().list(),
+        hub=hub,
+        message=message,
+        error=error,
+    )
+    response.status_code = status if error else 200
+    return response
+
+
+def _row(request: Request, session: Session, model_id: str, *, error: str | None = None) -> Response:
+    """The model's row after an action (htmx), or back to the page (a plain form)."""
+    if not wants_fragment(request):
+        if error:
+            return _page(request, session, error=error)
+        return RedirectResponse("/models", status_code=303)
+    model = local_model(session, model_id)
+    if model is None:
+        return HTMLResponse("", status_code=200)
+    return templates.TemplateResponse(
+        request, "partials/model_row.html", {"model": model, "probes": get_probe_jobs(), "error": error}
+    )
+
+
+def _missing(model_id: str) -> str:
+    return f"There is no model {model_id!r}; the models page lists them."
+
+
+@router.get("", response_class=HTMLResponse)
+def models_page(
+    request: Request,
+    session: SessionDep,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    sort: SearchSort = "downloads",
+    author: Annotated[str, Query(max_length=96)] = DEFAULT_AUTHOR,
+) -> HTMLResponse:
+    """The page; with `q` (the search form without JavaScript) it includes the hub results."""
+    hub = search_results(session, query=q, sort=sort, author=author)[0] if q is not None else None
+    return _page(request, session, hub=hub)
+
+
+@router.post("/import", response_class=HTMLResponse)
+async def import_model(
+    request: Request, session: SessionDep, path: Annotated[str, Form()], model_id: Annotated[str, Form()] = ""
+) -> Response:
+    gguf = Path(path.strip()).expanduser()
+    if not gguf.is_file():
+        return _page(request, session, error=f"No file at {gguf}; give the full path of a .gguf file.")
+    models_dir = get_settings().models_dir
+
+    def run() -> str:
+        with Session(get_engine()) as db:
+            return import_gguf(db, gguf, models_dir, model_id.strip() or None).id
+
+    try:
+        imported = await asyncio.to_thread(run)
+    except (ModelStoreError, GGUFImportError) as exc:
+        return _page(request, session, error=str(exc))
+    return _page(request, session, message=f"Imported {imported}.")
+
+
+@router.post("/{model_id:path}/load", response_class=HTMLResponse)
+async def load(request: Request, session: SessionDep, model_id: str) -> Response:
+    if get_model(session, model_id) is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    try:
+        await pool_admin.load_model(model_id, pin=False)
+    except APIError as exc:
+        return _row(request, session, model_id, error=exc.message)
+    return _row(request, session, model_id)
+
+
+@router.post("/{model_id:path}/pin", response_class=HTMLResponse)
+async def pin(request: Request, session: SessionDep, model_id: str) -> Response:
+    """Pin = load now and keep loaded (exempt from eviction and the idle TTL)."""
+    if get_model(session, model_id) is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    try:
+        await pool_admin.load_model(model_id, pin=True)
+    except APIError as exc:
+        return _row(request, session, model_id, error=exc.message)
+    return _row(request, session, model_id)
+
+
+@router.post("/{model_id:path}/unpin", response_class=HTMLResponse)
+def unpin(request: Request, session: SessionDep, model_id: str) -> Response:
+    if get_model(session, model_id) is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    try:
+        pool_admin.set_pinned(model_id, False)
+    except APIError as exc:
+        return _row(request, session, model_id, error=exc.message)
+    return _row(request, session, model_id)
+
+
+@router.post("/{model_id:path}/unload", response_class=HTMLResponse)
+async def unload(request: Request, session: SessionDep, model_id: str) -> Response:
+    if get_model(session, model_id) is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    try:
+        await pool_admin.unload_model(model_id)
+    except APIError as exc:
+        return _row(request, session, model_id, error=exc.message)
+    return _row(request, session, model_id)
+
+
+@router.post("/{model_id:path}/probe", response_class=HTMLResponse)
+async def probe(request: Request, session: SessionDep, model_id: str) -> Response:
+    if get_model(session, model_id) is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    get_probe_jobs().start(model_id)
+    if not wants_fragment(request):
+        return RedirectResponse(f"/models/{model_id}", status_code=303)
+    return _row(request, session, model_id)
+
+
+@router.post("/{model_id:path}/delete", response_class=HTMLResponse)
+def delete(request: Request, session: SessionDep, model_id: str) -> Response:
+    try:
+        done = delete_model(session, model_id)
+    except ModelStoreError as exc:
+        return _row(request, session, model_id, error=str(exc))
+    if wants_fragment(request):
+        return HTMLResponse("")  # the row goes away
+    return _page(request, session, message=done)
+
+
+@router.get("/{model_id:path}/delete", response_class=HTMLResponse)
+def confirm_delete(request: Request, session: SessionDep, model_id: str) -> HTMLResponse:
+    """The confirmation a plain form gets (htmx asks with hx-confirm instead)."""
+    model = local_model(session, model_id)
+    if model is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    return render(request, "model_delete.html", model=model)
+
+
+@router.get("/{model_id:path}/probe/events")
+async def probe_events(request: Request, model_id: str) -> EventSourceResponse:
+    """The probe panel, re-rendered on every step; a `done` event when the probe ends."""
+    job = get_probe_jobs().get(model_id)
+
+    def panel(current: ProbeJob | None) -> str:
+        return templates.get_template("partials/probe_steps.html").render(job=current)
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(event="probe", data=panel(job))
+        while job is not None and not job.finished and not await request.is_disconnected():
+            await job.changed(PROBE_EVENT_SECONDS)
+            yield ServerSentEvent(event="probe", data=panel(job))
+        yield ServerSentEvent(event="done", data=panel(job))
+
+    return EventSourceResponse(events(), ping=PROBE_EVENT_SECONDS)
+
+
+@router.get("/{model_id:path}", response_class=HTMLResponse)
+def model_detail(request: Request, session: SessionDep, model_id: str) -> HTMLResponse:
+    """What the probe found (or is finding) for one model; re-probe from here."""
+    model = local_model(session, model_id)
+    if model is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    return render(request, "model_detail.html", model=model, job=get_probe_jobs().get(model_id))

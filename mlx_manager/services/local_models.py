@@ -1,0 +1,142 @@
+"""The models page's view of every registered model, and deleting one safely.
+
+A row joins what is on disk (ModelRecord, config.json), what the probe found
+(ModelCapabilities) and what the pool holds right now (loaded, pinned, memory).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import scan_cache_dir
+from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
+from sqlmodel import Session, select
+
+from mlx_server.config import get_settings
+from mlx_server.models.pool import get_model_pool
+from mlx_server.models.store import ModelStoreError, get_model, list_models
+from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
+from mlx_server.services.probe import is_probe_running
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    record: ModelRecord
+    capabilities: ModelCapabilities | None
+    bits: int | None
+    loaded: bool
+    pinned: bool
+    busy: bool  # serving requests right now
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def badges(self) -> list[str]:
+        """Capabilities a user picks a model by; only what the probe verified."""
+        caps = self.capabilities
+        if caps is None:
+            return []
+        found = [
+            ("tools", caps.tool_format is not None),
+            ("thinking", bool(caps.supports_thinking)),
+            ("vision", caps.model_type == "vision"),
+            ("embeddings", caps.model_type == "embeddings"),
+            ("audio", bool(caps.supports_tts or caps.supports_stt)),
+        ]
+        return [name for name, present in found if present]
+
+
+@dataclass(frozen=True)
+class DiskUsage:
+    models_bytes: int
+    free_bytes: int
+
+
+def quantization_bits(path: Path) -> int | None:
+    """Bits per weight from an MLX config.json (`quantization.bits`); None when unquantized."""
+    try:
+        config: dict[str, Any] = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    quantization = config.get("quantization") or config.get("quantization_config") or {}
+    bits = quantization.get("bits") if isinstance(quantization, dict) else None
+    return bits if isinstance(bits, int) else None
+
+
+def local_models(session: Session) -> list[LocalModel]:
+    capabilities = {c.model_id: c for c in session.exec(select(ModelCapabilities))}
+    pool = get_model_pool()
+    rows = []
+    for record in list_models(session):
+        loaded = pool.get_loaded(record.id)
+        rows.append(
+            LocalModel(
+                record=record,
+                capabilities=capabilities.get(record.id),
+                bits=quantization_bits(Path(record.path)),
+                loaded=loaded is not None,
+                pinned=bool(loaded and loaded.pinned),
+                busy=bool(loaded and loaded.active),
+            )
+        )
+    return rows
+
+
+def local_model(session: Session, model_id: str) -> LocalModel | None:
+    return next((m for m in local_models(session) if m.id == model_id), None)
+
+
+def disk_usage(models: list[LocalModel]) -> DiskUsage:
+    home = get_settings().home_dir
+    home.mkdir(parents=True, exist_ok=True)
+    return DiskUsage(
+        models_bytes=sum(m.record.size_bytes for m in models), free_bytes=shutil.disk_usage(home).free
+    )
+
+
+def delete_model(session: Session, model_id: str) -> str:
+    """Unregister a model and remove the files we own; returns what was done, for the page.
+
+    Refused while the model is loaded or being probed: unloading first is the user's call.
+    Imported models live in our models directory and are removed; hub downloads are removed
+    from the hub cache; a model registered from the user's own directory keeps its files.
+    """
+    record = get_model(session, model_id)
+    if record is None:
+        raise ModelStoreError(f"There is no model {model_id!r}.")
+    if get_model_pool().get_loaded(model_id) is not None:
+        raise ModelStoreError(f"{model_id} is loaded; unload it before deleting it.")
+    if is_probe_running(model_id):
+        raise ModelStoreError(f"{model_id} is being probed; delete it once the probe has finished.")
+    path = Path(record.path)
+    if record.source == ModelSource.GGUF_IMPORT and path.is_relative_to(get_settings().models_dir):
+        shutil.rmtree(path, ignore_errors=True)
+        done = f"Deleted {model_id} and its files ({path})."
+    elif record.source == ModelSource.HUB:
+        done = _delete_from_hub_cache(model_id, path)
+    else:
+        done = f"Removed {model_id} from the list; its files stay in {path}."
+    capabilities = session.get(ModelCapabilities, model_id)
+    if capabilities is not None:
+        session.delete(capabilities)
+    session.delete(record)
+    session.commit()
+    return done
+
+
+def _delete_from_hub_cache(model_id: str, snapshot: Path) -> str:
+    """The snapshot's revision, through huggingface_hub's own cache bookkeeping (blobs shared
+    with other revisions stay)."""
+    cache_dir = snapshot.parent.parent.parent  # <cache>/models--org--name/snapshots/<commit>
+    try:
+        strategy = scan_cache_dir(cache_dir).delete_revisions(snapshot.name)
+    except (OSError, CacheNotFound, CorruptedCacheException) as exc:
+        return f"Removed {model_id} from the list; its hub cache files could not be read ({exc})."
+    strategy.execute()
+    return f"Deleted {model_id} and {strategy.expected_freed_size_str} from the hub cache."

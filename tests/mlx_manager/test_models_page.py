@@ -1,0 +1,102 @@
+"""The models page with the real SmolLM2: load, pin, unload, probe, delete, import."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from mlx_server.database import get_engine, upgrade_database
+from mlx_server.models.pool import get_model_pool
+from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
+from tests.support import csrf_headers
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture
+def page(home: Path, smollm_dir: Path) -> Iterator[TestClient]:
+    from mlx_manager.main import create_app
+
+    upgrade_database()
+    with Session(get_engine()) as session:
+        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir), size_bytes=10**8))
+        session.commit()
+    with TestClient(create_app()) as client:
+        client.headers.update(csrf_headers(client))
+        yield client
+
+
+def test_page_lists_the_model_with_size_bits_and_free_disk(page: TestClient) -> None:
+    html = page.get("/models").text
+    assert 'data-model-id="smol"' in html
+    assert "95.4 MiB" in html and "4-bit" in html  # size from the record, bits from config.json
+    assert "free" in html and "not probed" in html
+
+
+def test_load_pin_unpin_unload_change_the_pool_and_the_row(page: TestClient) -> None:
+    loaded = page.post("/models/smol/load", headers=HTMX)
+    assert loaded.status_code == 200 and "state-loaded" in loaded.text and "state-pinned" not in loaded.text
+    assert get_model_pool().get_loaded("smol") is not None
+    pinned = page.post("/models/smol/pin", headers=HTMX)
+    assert "state-pinned" in pinned.text and get_model_pool().get_loaded("smol").pinned  # type: ignore[union-attr]
+    refused = page.post("/models/smol/delete", headers=HTMX)
+    assert "unload it before deleting" in refused.text
+    page.post("/models/smol/unpin", headers=HTMX)
+    assert not get_model_pool().get_loaded("smol").pinned  # type: ignore[union-attr]
+    unloaded = page.post("/models/smol/unload", headers=HTMX)
+    assert "not loaded" in unloaded.text and get_model_pool().get_loaded("smol") is None
+
+
+def test_plain_forms_redirect_back_and_need_the_csrf_token(page: TestClient) -> None:
+    response = page.post("/models/smol/load", follow_redirects=False)
+    assert response.status_code == 303 and response.headers["location"] == "/models"
+    page.headers.pop("X-CSRF-Token")
+    assert page.post("/models/smol/unload").status_code == 403
+    assert get_model_pool().get_loaded("smol") is not None
+
+
+def test_probe_runs_in_the_background_and_streams_its_steps(page: TestClient) -> None:
+    started = page.post("/models/smol/probe", headers=HTMX)
+    assert "probing" in started.text
+    with page.stream("GET", "/models/smol/probe/events") as events:
+        deadline = time.monotonic() + 120
+        names = []
+        for line in events.iter_lines():
+            assert time.monotonic() < deadline, "the probe did not finish in 120 s"
+            if line.startswith("event: "):
+                names.append(line.removeprefix("event: "))
+            if names and names[-1] == "done":
+                break
+    assert names[0] == "probe" and names[-1] == "done"
+    with Session(get_engine()) as session:
+        capabilities = session.get(ModelCapabilities, "smol")
+    assert capabilities is not None and capabilities.practical_max_tokens
+    detail = page.get("/models/smol").text
+    assert 'data-testid="probe-done"' in detail and str(capabilities.practical_max_tokens) in detail
+    assert get_model_pool().get_loaded("smol") is None  # unloaded: it was not loaded before
+
+
+def test_delete_a_local_model_keeps_its_files(page: TestClient, smollm_dir: Path) -> None:
+    confirm = page.get("/models/smol/delete")
+    assert "files in" in confirm.text and "stay" in confirm.text
+    deleted = page.post("/models/smol/delete")
+    assert "Removed smol from the list" in deleted.text
+    assert 'data-model-id="smol"' not in page.get("/models").text
+    assert (smollm_dir / "config.json").exists()
+    assert page.post("/models/smol/load").status_code == 404
+
+
+def test_import_gguf_by_path(page: TestClient, smollm_gguf: Path, tmp_path: Path) -> None:
+    missing = page.post("/models/import", data={"path": str(tmp_path / "nope.gguf")})
+    assert missing.status_code == 400 and "No file at" in missing.text
+    imported = page.post("/models/import", data={"path": str(smollm_gguf), "model_id": "smol-copy"})
+    assert imported.status_code == 200 and "Imported smol-copy" in imported.text
+    again = page.post("/models/import", data={"path": str(smollm_gguf), "model_id": "smol-copy"})
+    assert again.status_code == 400 and "already exists" in again.text
+    deleted = page.post("/models/smol-copy/delete")
+    assert "Deleted smol-copy and its files" in deleted.text
