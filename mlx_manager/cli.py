@@ -61,7 +61,9 @@ def serve(
 ) -> None:
     """Serve the dashboard on / and the inference API on /v1."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    settings = get_manager_settings()
+    flags = {"host": host, "port": port}
+    # The pages read the bind address (the Settings page warns when it is not loopback).
+    settings = get_manager_settings().model_copy(update={k: v for k, v in flags.items() if v})
     with _migrated_session() as session:
         if settings.import_default_model and not no_default_model:
             try:
@@ -72,7 +74,7 @@ def serve(
                 log.info("imported default model %s into %s", imported.id, imported.path)
     from mlx_manager.main import create_app
 
-    uvicorn.run(create_app(settings), host=host or settings.host, port=port or settings.port)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
 
 
 @models_cli.command("list")

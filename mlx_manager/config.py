@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,11 +24,41 @@ class ManagerSettings(BaseSettings):
         """Settings for the embedded server: the environment's, on the manager's home."""
         return MLXServerSettings(home=self.home)
 
+    @property
+    def binds_loopback_only(self) -> bool:
+        """Whether only this machine can reach the dashboard and the API (neither has logins)."""
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1 (brackets allowed); a name or 0.0.0.0 is not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+_override: ManagerSettings | None = None
+
 
 @lru_cache
-def get_manager_settings() -> ManagerSettings:
+def _from_environment() -> ManagerSettings:
     return ManagerSettings()
 
 
+def get_manager_settings() -> ManagerSettings:
+    return _override or _from_environment()
+
+
+def use_manager_settings(settings: ManagerSettings) -> None:
+    """Pin the settings object, e.g. `serve --host` over MLX_MANAGER_HOST."""
+    global _override
+    _override = settings
+
+
 def reset_manager_settings() -> None:
-    get_manager_settings.cache_clear()
+    global _override
+    _override = None
+    _from_environment.cache_clear()

@@ -8,9 +8,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from mlx_manager.config import ManagerSettings, get_manager_settings
+from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
 from mlx_manager.csrf import CSRFMiddleware
-from mlx_manager.routers import audit, downloads, hub, models, pages, server
+from mlx_manager.routers import audit, chat, chat_stream, downloads, hub, models, pages, server
+from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.templating import STATIC_DIR
@@ -31,6 +32,7 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     settings = settings or get_manager_settings()
+    use_manager_settings(settings)  # pages see what the app was created with (serve --host)
     # The embedded server must use the manager's database and models, whatever
     # MLX_SERVER_HOME says.
     server_config.use_settings(settings.server_settings())
@@ -40,9 +42,12 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     app.include_router(pages.router)
     app.include_router(models.router)
     app.include_router(server.router)
+    app.include_router(chat.router)
+    app.include_router(chat_stream.router)
     app.include_router(audit.router)
     app.include_router(hub.router)
     app.include_router(downloads.router)
+    app.include_router(settings_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount("/v1", create_server_app(embedded=True))
     app.add_middleware(CSRFMiddleware)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
 from mlx_manager.csrf import csrf_token
+from mlx_manager.services.markdown import render_markdown
 from mlx_server import __version__
 from mlx_server.models.pool import get_model_pool
 
@@ -29,6 +31,18 @@ def pool_summary() -> dict[str, int]:
 
 
 templates.env.globals["pool_summary"] = pool_summary
+templates.env.globals["render_markdown"] = render_markdown
+
+
+def pretty_json(text: str) -> str:
+    """Tool-call arguments indented for reading; text that is not JSON as it is."""
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, indent=2)
+    except ValueError:
+        return text
+
+
+templates.env.filters["pretty_json"] = pretty_json
 
 
 def filesize(num: float) -> str:

@@ -101,6 +101,11 @@ class ChatTurn:
         ]
 
     @property
+    def rejected_calls(self) -> list[tuple[ToolCall, str]]:
+        """Calls the model wrote that were dropped (undeclared tool, arguments not JSON), with why."""
+        return self._checker.rejected_calls
+
+    @property
     def done(self) -> bool:
         """Whether generating more is pointless: under a call grammar the model repeats a call
         it already made (small models loop), so the turn is complete."""

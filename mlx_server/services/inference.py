@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 from typing import Any
 
-from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import ChatTemplateError
 from mlx_server.models.pool import LoadedModel, get_model_pool
+from mlx_server.schemas.openai import ToolCall
 from mlx_server.services import openai_format as fmt
 from mlx_server.services.chat_turn import ChatTurn, forced_tool
 from mlx_server.services.constraints import (
@@ -35,6 +35,7 @@ from mlx_server.services.generation import (
     admission,
     generate_text,
 )
+from mlx_server.services.generation_defaults import default_max_tokens
 from mlx_server.services.structured_output import OutputFormat, output_problem
 
 logger = logging.getLogger("mlx_server.inference")
@@ -49,14 +50,25 @@ class ChunkStream:
     was never iterated (a client gone before the response started), when it is collected.
     """
 
-    def __init__(self, chunks: AsyncGenerator[dict[str, Any], None], release: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        chunks: AsyncGenerator[dict[str, Any], None],
+        release: Callable[[], None],
+        turn: ChatTurn | None = None,
+    ) -> None:
         self._chunks = chunks
         self._release: Callable[[], None] | None = release
+        self._turn = turn
 
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+    @property
+    def rejected_calls(self) -> list[tuple[ToolCall, str]]:
+        """Tool calls dropped so far (an agent loop in this process feeds them back)."""
+        return self._turn.rejected_calls if self._turn is not None else []
+
+    def __aiter__(self) -> AsyncGenerator[dict[str, Any], None]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+    async def _iterate(self) -> AsyncGenerator[dict[str, Any], None]:
         try:
             async for chunk in self._chunks:
                 yield chunk
@@ -130,7 +142,7 @@ def max_tokens_for(
 ) -> int:
     """The requested budget, checked against the context; without one, what fits (capped).
     A `ceiling` is lowered to the room left instead of rejected."""
-    default = get_settings().default_max_tokens
+    default = default_max_tokens()  # the dashboard's override, else MLX_SERVER_DEFAULT_MAX_TOKENS
     context = loaded.context_length
     if context is None:
         return requested or default
@@ -251,7 +263,7 @@ async def generate_chat_completion(
     deltas = generate_text(loaded, prompt, params, max_tokens, stats, constraint)
     if stream:
         chunks = fmt.ChunkFactory(model_id, chat=True, include_usage=include_usage)
-        return ChunkStream(_chat_chunks(deltas, chunks, stats, turn), release)
+        return ChunkStream(_chat_chunks(deltas, chunks, stats, turn), release, turn)
     logprobs: list[TokenLogprob] = []
     finish_reason: str | None = None
     try:

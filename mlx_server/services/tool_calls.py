@@ -76,19 +76,21 @@ class ToolCallChecker:
         self.strict = strict
         self._seen: set[tuple[str, str]] = set()
         self.rejected: list[str] = []
+        # The calls behind `rejected`, as written: an agent loop can show the model its mistake.
+        self.rejected_calls: list[tuple[ToolCall, str]] = []
         self.repeated = False
 
     def check(self, call: ToolCall) -> ToolCall | None:
         """The call with coerced arguments, or None (undeclared tool, or a repeat)."""
         name = call.function.name
         if name not in self.schemas:
-            self.rejected.append(f"{name!r} is not a declared tool")
+            self._reject(call, f"{name!r} is not a declared tool")
             return None
         schema = self.schemas[name]
         try:
             arguments = json.loads(call.function.arguments or "{}")
         except ValueError:
-            self.rejected.append(f"arguments of {name!r} are not JSON")
+            self._reject(call, f"arguments of {name!r} are not JSON")
             return None
         arguments = _coerce(arguments, schema)
         try:
@@ -97,7 +99,7 @@ class ToolCallChecker:
             logger.warning("tool %s has an invalid schema: %s", name, exc.message)
             errors = []
         if errors and self.strict:
-            self.rejected.append(f"arguments of {name!r} do not match its schema: {errors[0].message}")
+            self._reject(call, f"arguments of {name!r} do not match its schema: {errors[0].message}")
             return None
         if errors:
             # Kept: the client's agent loop feeds the problem back to the model, which is better
@@ -110,3 +112,7 @@ class ToolCallChecker:
             return None
         self._seen.add(key)
         return ToolCall(id=call.id, function=FunctionCall(name=name, arguments=text))
+
+    def _reject(self, call: ToolCall, reason: str) -> None:
+        self.rejected.append(reason)
+        self.rejected_calls.append((call, reason))

@@ -24,8 +24,8 @@ from mlx_manager.services.downloads import (
 from mlx_manager.services.settings_store import AUTO_PROBE, HUB_TOKEN, set_setting
 from mlx_server.database import get_engine
 from mlx_server.records import ModelSource
+from tests.conftest import GATED_REPO, SMOLLM_REPO
 from tests.hub_server import HubRepo, HubServer
-from tests.mlx_manager.conftest import GATED_REPO, SMOLLM_REPO
 from tests.mlx_manager.downloads_support import job, models, partial_bytes, wait_for, wait_for_status
 from tests.support import csrf_headers
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 
 from mlx_manager.records import DownloadStatus
+from tests.conftest import SMOLLM_REPO
 from tests.hub_server import HubServer
-from tests.mlx_manager.conftest import SMOLLM_REPO
 from tests.mlx_manager.downloads_support import all_jobs, models, partial_bytes, wait_for, wait_for_status
 from tests.support import ServerProcess
 

@@ -34,8 +34,8 @@ from mlx_manager.services.settings_store import (
     mask_secret,
     set_setting,
 )
+from tests.conftest import GATED_REPO, SMOLLM_REPO
 from tests.hub_server import HubServer
-from tests.mlx_manager.conftest import GATED_REPO, SMOLLM_REPO
 from tests.support import free_port
 
 GIB = 1024**3

@@ -1,0 +1,149 @@
+"""The Settings page: pool limits, audit retention, hub, generation defaults, the environment.
+
+Each section is its own form posting to /settings/{section}: saved values take effect at once
+(through the services that own them); a plain form is redirected back (post/redirect/get), htmx
+gets the section again; a refused form is 400 with the section showing the message and the input.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Form, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlmodel import Session
+
+from mlx_manager import settings_forms as forms
+from mlx_manager.config import ManagerSettings, get_manager_settings
+from mlx_manager.templating import render, wants_fragment
+from mlx_server.database import SessionDep
+from mlx_server.services.audit import MAX_RETENTION_DAYS, audit_retention, audit_service, set_audit_retention
+
+router = APIRouter(prefix="/settings")
+
+ManagerSettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
+
+PARTIALS = {
+    "pool": "partials/settings_pool.html",
+    "audit": "partials/audit_retention.html",  # the audit page's form, posting here
+    "hub": "partials/settings_hub.html",
+    "generation": "partials/settings_generation.html",
+}
+
+
+def _context(session: Session, settings: ManagerSettings) -> dict[str, Any]:
+    return {
+        "bind_warning": not settings.binds_loopback_only,
+        "host": settings.host,
+        "environment": forms.environment_rows(settings),
+        "pool": forms.pool_section(),
+        "hub": forms.hub_section(session),
+        "generation": forms.generation_section(session),
+        # The audit retention partial's names (shared with the audit page).
+        "retention": audit_retention(session),
+        "max_retention_days": MAX_RETENTION_DAYS,
+        "retention_action": "/settings/audit",
+    }
+
+
+def _section(
+    request: Request,
+    session: Session,
+    settings: ManagerSettings,
+    section: str,
+    *,
+    message: str | None = None,
+    error: str | None = None,
+    shown: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Response:
+    """A saved section: redirect a plain form, re-render for htmx; a refused one: 400 with the
+    section showing the error and the user's input (`shown`)."""
+    if error is None and not wants_fragment(request):
+        return RedirectResponse(f"/settings?saved={section}#{section}", status_code=status.HTTP_303_SEE_OTHER)
+    context = {**_context(session, settings), **extra}
+    if section != "audit":  # the audit partial reads its own names (extra)
+        context[section].update(message=message, error=error)
+        if shown is not None:
+            context[section]["inputs"] = shown
+    response = render(request, "settings.html", PARTIALS[section], **context)
+    if error is not None:
+        response.status_code = status.HTTP_400_BAD_REQUEST
+    return response
+
+
+@router.get("", response_class=HTMLResponse)
+def settings_page(
+    request: Request, session: SessionDep, settings: ManagerSettingsDep, saved: str = ""
+) -> HTMLResponse:
+    """Reads only; `saved` (after a plain form's redirect) says which section was saved."""
+    context = _context(session, settings)
+    if saved in ("pool", "hub", "generation"):
+        context[saved]["message"] = "Saved."
+    context.update(saved=saved == "audit", pruned=None)
+    return render(request, "settings.html", **context)
+
+
+@router.post("/pool", response_class=HTMLResponse)
+def save_pool(
+    request: Request,
+    session: SessionDep,
+    settings: ManagerSettingsDep,
+    form: Annotated[forms.PoolForm, Form()],
+) -> Response:
+    """Same limits, same service as the Server page: stored and applied to the pool at once."""
+    try:
+        message = forms.save_pool(form)
+    except forms.FormError as exc:
+        return _section(request, session, settings, "pool", error=str(exc), shown=form.shown())
+    return _section(request, session, settings, "pool", message=message)
+
+
+@router.post("/audit", response_class=HTMLResponse)
+def save_audit_retention(
+    request: Request,
+    session: SessionDep,
+    settings: ManagerSettingsDep,
+    days: Annotated[str, Form()] = "",
+    reset: Annotated[str, Form()] = "",
+) -> Response:
+    """Override MLX_SERVER_AUDIT_RETENTION_DAYS (or drop the override); prunes right away."""
+    try:
+        set_audit_retention(session, None if reset else int(days))
+    except ValueError:
+        error = f'Keep audit rows for a whole number of days from 1 to {MAX_RETENTION_DAYS}, not "{days}".'
+        return _section(
+            request, session, settings, "audit", error=error, retention_error=error, retention_input=days
+        )
+    pruned = audit_service.prune_expired()
+    return _section(request, session, settings, "audit", saved=True, pruned=pruned)
+
+
+@router.post("/hub", response_class=HTMLResponse)
+def save_hub(
+    request: Request,
+    session: SessionDep,
+    settings: ManagerSettingsDep,
+    form: Annotated[forms.HubForm, Form()],
+) -> Response:
+    """Endpoint, cache and auto-probe; the token only when typed (empty keeps it), or cleared."""
+    try:
+        message = forms.save_hub(session, form)
+    except forms.FormError as exc:
+        return _section(request, session, settings, "hub", error=str(exc), shown=form.shown())
+    return _section(request, session, settings, "hub", message=message)
+
+
+@router.post("/generation", response_class=HTMLResponse)
+def save_generation(
+    request: Request,
+    session: SessionDep,
+    settings: ManagerSettingsDep,
+    form: Annotated[forms.GenerationForm, Form()],
+) -> Response:
+    """The playground's defaults for new conversations and the API's max_tokens default."""
+    try:
+        message = forms.save_generation(session, form)
+    except forms.FormError as exc:
+        return _section(request, session, settings, "generation", error=str(exc), shown=form.shown())
+    return _section(request, session, settings, "generation", message=message)

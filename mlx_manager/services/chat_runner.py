@@ -1,0 +1,289 @@
+"""One playground turn: the model's reply streamed as UI events, saved as it ends, and the agent
+loop (seed 000: call → execute → feed the result back → continue) up to a maximum depth.
+
+Calls `generate_chat_completion()` directly (blueprint §9), never HTTP to /v1. Events are
+(name, data) pairs; the router renders them as server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlmodel import Session
+
+from mlx_manager.records import ChatMessage, Conversation
+from mlx_manager.services.chat_options import ChatOptions
+from mlx_manager.services.chat_tools import execute_tool, rejected_call_result
+from mlx_manager.services.conversations import (
+    add_message,
+    messages_of,
+    pending_tool_calls,
+    pipeline_messages,
+    rewind_to,
+)
+from mlx_server.database import get_engine
+from mlx_server.errors import APIError
+from mlx_server.models.pool import get_model_pool
+from mlx_server.services.generation import CompletionStats
+from mlx_server.services.inference import ChunkStream, generate_chat_completion
+
+Event = tuple[str, dict[str, Any]]
+
+
+class RunningError(ValueError):
+    """A second reply was asked for while one is being generated."""
+
+
+@dataclass
+class _Reply:
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    reasoning_started: float | None = None
+    reasoning_ended: float | None = None
+
+
+class ChatRuns:
+    """The turns being generated, by conversation: one at a time each, stoppable by id."""
+
+    def __init__(self) -> None:
+        self._cancel: dict[int, asyncio.Event] = {}
+
+    def start(self, conversation_id: int) -> asyncio.Event:
+        if conversation_id in self._cancel:
+            raise RunningError("A reply is being generated; stop it or wait for it to finish.")
+        event = self._cancel[conversation_id] = asyncio.Event()
+        return event
+
+    def finish(self, conversation_id: int) -> None:
+        self._cancel.pop(conversation_id, None)
+
+    def stop(self, conversation_id: int) -> bool:
+        event = self._cancel.get(conversation_id)
+        if event is not None:
+            event.set()
+        return event is not None
+
+    def running(self, conversation_id: int) -> bool:
+        return conversation_id in self._cancel
+
+
+chat_runs = ChatRuns()
+
+
+async def run_turn(conversation_id: int, options: ChatOptions, cancel: asyncio.Event) -> AsyncIterator[Event]:
+    """Generate the assistant's reply to the conversation as it stands, then run its tool calls
+    (built-in ones in auto mode) and continue, until a reply without calls, a call waiting for
+    a typed result, a stop, or `options.max_depth` rounds."""
+    with Session(get_engine(), expire_on_commit=False) as session:
+        conversation = session.get(Conversation, conversation_id)
+        if conversation is None or not conversation.model_id:
+            yield "error", {"message": "Pick a model first."}
+            return
+        model_id = conversation.model_id
+        if get_model_pool().get_loaded(model_id) is None:
+            yield "status", {"text": f"Loading {model_id}…"}
+            started = time.perf_counter()
+            try:
+                await get_model_pool().preload(model_id, pin=False)
+            except APIError as exc:
+                yield "error", {"message": exc.message}
+                return
+            yield "status", {"text": f"Loaded {model_id} in {time.perf_counter() - started:.1f} s"}
+        answered: set[tuple[str, str]] = set()
+        answer_now = False
+        for depth in range(options.max_depth + 1):
+            if depth == options.max_depth:
+                yield (
+                    "error",
+                    {
+                        "message": f"Stopped after {depth} tool rounds (the maximum depth); "
+                        "send a message to go on."
+                    },
+                )
+                return
+            saved: ChatMessage | None = None
+            # "required" holds for the first reply only: after a tool result the model must be
+            # free to answer, or a small model calls the same tool until max_depth.
+            round_options = options if depth == 0 else options.after_tool_round()
+            if answer_now:
+                round_options = round_options.answer_only()
+            async for event in _one_reply(session, conversation, round_options, cancel):
+                if event[0] == "assistant_saved":
+                    saved = event[1]["message"]
+                yield event
+            if saved is None or cancel.is_set() or not saved.tool_calls:
+                return
+            calls = {_call_key(call) for call in saved.tool_calls}
+            if calls <= answered and not answer_now:
+                # It asks again for results it already has (small models loop): that reply is
+                # dropped and the model answers with what it has.
+                rewind_to(session, conversation, saved.position)
+                yield "rewind", {"position": saved.position}
+                yield "status", {"text": "The model repeated a call it has the result of; it answers now."}
+                answer_now = True
+                continue
+            answered |= calls
+            for event in _run_tools(session, conversation, saved, options):
+                yield event
+            if pending_tool_calls(messages_of(session, conversation_id)):
+                yield "status", {"text": "Waiting for the tool results you type."}
+                return
+
+
+def _call_key(call: dict[str, Any]) -> tuple[str, str]:
+    function = call["function"]
+    try:
+        arguments = json.dumps(json.loads(function["arguments"] or "{}"), sort_keys=True)
+    except ValueError:
+        arguments = function["arguments"]
+    return function["name"], arguments
+
+
+async def _one_reply(
+    session: Session, conversation: Conversation, options: ChatOptions, cancel: asyncio.Event
+) -> AsyncIterator[Event]:
+    assert conversation.id is not None and conversation.model_id is not None
+    messages = pipeline_messages(conversation, messages_of(session, conversation.id))
+    tools = options.tools()
+    stats = CompletionStats()
+    started = time.perf_counter()
+    try:
+        stream = await generate_chat_completion(
+            conversation.model_id,
+            messages,
+            params=options.generation_params(),
+            tools=tools,
+            tool_choice=options.tool_choice if tools else None,
+            enable_thinking=options.enable_thinking,
+            stream=True,
+            stats=stats,
+        )
+    except APIError as exc:
+        yield "error", {"message": exc.message}
+        return
+    assert isinstance(stream, ChunkStream)
+    yield "assistant_start", {}
+    reply = _Reply()
+    try:
+        async with aclosing(stream.__aiter__()) as chunks:
+            async for chunk in chunks:
+                if cancel.is_set():
+                    break
+                for event in _chunk_events(chunk, reply):
+                    yield event
+    except Exception as exc:  # after the first chunk: keep what was generated, say what broke
+        yield "error", {"message": f"Generation failed: {exc}"}
+    rejected = [(call.model_dump(), reason) for call, reason in stream.rejected_calls]
+    message = _save_reply(session, conversation, reply, rejected, stats, started, cancelled=cancel.is_set())
+    yield "stats", dict(message.stats or {})
+    yield "assistant_saved", {"message": message}
+    for call, reason in rejected:
+        result = add_message(
+            session,
+            conversation,
+            "tool",
+            rejected_call_result(call["function"]["name"], call["function"]["arguments"], reason),
+            tool_call_id=call["id"],
+        )
+        yield "tool_result", {"message": result, "is_error": True}
+
+
+def _chunk_events(chunk: dict[str, Any], reply: _Reply) -> list[Event]:
+    events: list[Event] = []
+    for choice in chunk["choices"]:
+        delta = choice["delta"]
+        if text := delta.get("reasoning_content"):
+            reply.reasoning_started = reply.reasoning_started or time.perf_counter()
+            reply.reasoning.append(text)
+            events.append(("reasoning", {"text": text}))
+        if text := delta.get("content"):
+            if reply.reasoning and reply.reasoning_ended is None:
+                reply.reasoning_ended = time.perf_counter()
+            reply.content.append(text)
+            events.append(("content", {"text": text}))
+        for part in delta.get("tool_calls") or []:
+            call = reply.calls.setdefault(
+                part["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            if part.get("id"):
+                call["id"], call["function"]["name"] = part["id"], part["function"]["name"]
+            arguments = (part.get("function") or {}).get("arguments")
+            if arguments:
+                call["function"]["arguments"] += arguments
+                events.append(("tool_call", dict(call)))
+        reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
+    return events
+
+
+def _save_reply(
+    session: Session,
+    conversation: Conversation,
+    reply: _Reply,
+    rejected: list[tuple[dict[str, Any], str]],
+    stats: CompletionStats,
+    started: float,
+    *,
+    cancelled: bool,
+) -> ChatMessage:
+    calls = [reply.calls[i] for i in sorted(reply.calls)] + [call for call, _ in rejected]
+    reasoning = "".join(reply.reasoning).strip() or None
+    content = "".join(reply.content)
+    if calls or reasoning:
+        content = content.strip()
+    ended = reply.reasoning_ended or (time.perf_counter() if reasoning else None)
+    figures: dict[str, Any] = {
+        "ttft_s": round(stats.ttft_s, 3) if stats.ttft_s is not None else None,
+        "tokens_per_s": round(stats.decode_tokens_per_s, 2) if stats.decode_tokens_per_s else None,
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "total_s": round(time.perf_counter() - started, 2),
+        "reasoning_s": round(ended - reply.reasoning_started, 1)
+        if ended and reply.reasoning_started
+        else None,
+        "finish_reason": "stopped" if cancelled else ("tool_calls" if calls else reply.finish_reason),
+    }
+    return add_message(
+        session,
+        conversation,
+        "assistant",
+        content,
+        reasoning=reasoning,
+        tool_calls=calls or None,
+        stats=figures,
+    )
+
+
+def _run_tools(
+    session: Session, conversation: Conversation, message: ChatMessage, options: ChatOptions
+) -> list[Event]:
+    """Built-in tools run here in auto mode; every other call waits for a typed result."""
+    events: list[Event] = []
+    answered = {m.tool_call_id for m in messages_of(session, conversation.id or 0) if m.role == "tool"}
+    for call in message.tool_calls or []:
+        name = call["function"]["name"]
+        if call["id"] in answered or not options.runs_here(name):
+            continue
+        result = execute_tool(name, call["function"]["arguments"])
+        saved = add_message(session, conversation, "tool", result.content, tool_call_id=call["id"])
+        events.append(("tool_result", {"message": saved, "is_error": result.is_error}))
+    return events
+
+
+def manual_result(conversation_id: int, tool_call_id: str, content: str) -> ChatMessage:
+    """Store the result a user typed for a pending call (manual mode)."""
+    with Session(get_engine(), expire_on_commit=False) as session:
+        conversation = session.get(Conversation, conversation_id)
+        if conversation is None:
+            raise ValueError("There is no such conversation.")
+        pending = {c["id"] for c in pending_tool_calls(messages_of(session, conversation_id))}
+        if tool_call_id not in pending:
+            raise ValueError(f"No call {tool_call_id!r} is waiting for a result.")
+        return add_message(session, conversation, "tool", content, tool_call_id=tool_call_id)

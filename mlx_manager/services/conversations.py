@@ -1,0 +1,208 @@
+"""Playground conversations in the database: create, list, rename, delete, append, rewind,
+and the message dicts the inference pipeline takes; Markdown and JSON export."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlmodel import Session, col, delete, func, select
+
+from mlx_manager.records import ChatMessage, Conversation
+from mlx_server.records import utcnow
+
+TITLE_CHARS = 60
+NEW_TITLE = "New chat"
+
+
+class ConversationError(ValueError):
+    """A conversation operation was refused; the message says what to do."""
+
+
+def list_conversations(session: Session) -> list[Conversation]:
+    return list(session.exec(select(Conversation).order_by(col(Conversation.updated_at).desc())))
+
+
+def get_conversation(session: Session, conversation_id: int) -> Conversation | None:
+    return session.get(Conversation, conversation_id)
+
+
+def create_conversation(
+    session: Session,
+    *,
+    model_id: str | None,
+    system_prompt: str | None = None,
+    parameters: dict[str, Any] | None = None,
+) -> Conversation:
+    conversation = Conversation(model_id=model_id, system_prompt=system_prompt, parameters=parameters or {})
+    session.add(conversation)
+    session.commit()
+    session.refresh(conversation)
+    return conversation
+
+
+def rename_conversation(session: Session, conversation: Conversation, title: str) -> Conversation:
+    title = " ".join(title.split())
+    if not title:
+        raise ConversationError("A title cannot be empty.")
+    conversation.title = title[:255]
+    session.add(conversation)
+    session.commit()
+    return conversation
+
+
+def delete_conversation(session: Session, conversation: Conversation) -> None:
+    # Explicit: SQLite enforces ON DELETE CASCADE only with a per-connection pragma.
+    session.exec(delete(ChatMessage).where(col(ChatMessage.conversation_id) == conversation.id))
+    session.delete(conversation)
+    session.commit()
+
+
+def update_settings(
+    session: Session,
+    conversation: Conversation,
+    *,
+    model_id: str,
+    system_prompt: str,
+    parameters: dict[str, Any],
+) -> None:
+    conversation.model_id = model_id
+    conversation.system_prompt = system_prompt or None
+    conversation.parameters = parameters
+    session.add(conversation)
+    session.commit()
+
+
+def messages_of(session: Session, conversation_id: int) -> list[ChatMessage]:
+    query = (
+        select(ChatMessage)
+        .where(ChatMessage.conversation_id == conversation_id)
+        .order_by(col(ChatMessage.position))
+    )
+    return list(session.exec(query))
+
+
+def add_message(
+    session: Session, conversation: Conversation, role: str, content: str = "", **fields: Any
+) -> ChatMessage:
+    """Append a message; the first user message names a conversation still called "New chat"."""
+    assert conversation.id is not None
+    last = session.exec(
+        select(func.max(ChatMessage.position)).where(ChatMessage.conversation_id == conversation.id)
+    ).one()
+    message = ChatMessage(
+        conversation_id=conversation.id, position=(last or 0) + 1, role=role, content=content, **fields
+    )
+    if role == "user" and conversation.title == NEW_TITLE and content.strip():
+        text = " ".join(content.split())
+        conversation.title = text if len(text) <= TITLE_CHARS else text[: TITLE_CHARS - 1] + "…"
+    conversation.updated_at = utcnow()
+    session.add(message)
+    session.add(conversation)
+    session.commit()
+    session.refresh(message)
+    return message
+
+
+def rewind_to(session: Session, conversation: Conversation, position: int) -> None:
+    """Drop every message from `position` on (regenerate, edit and resend)."""
+    session.exec(
+        delete(ChatMessage).where(
+            col(ChatMessage.conversation_id) == conversation.id, col(ChatMessage.position) >= position
+        )
+    )
+    session.commit()
+
+
+def last_user_position(messages: list[ChatMessage]) -> int:
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.position
+    raise ConversationError("There is no user message to answer yet; send one first.")
+
+
+def pipeline_messages(conversation: Conversation, messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """OpenAI-format dicts, reasoning and tool calls included, as generate_chat_completion takes them."""
+    result: list[dict[str, Any]] = []
+    if conversation.system_prompt:
+        result.append({"role": "system", "content": conversation.system_prompt})
+    for message in messages:
+        entry: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.role == "assistant":
+            if message.tool_calls:
+                entry["tool_calls"] = message.tool_calls
+                entry["content"] = message.content or None
+            if message.reasoning:
+                entry["reasoning_content"] = message.reasoning
+        if message.role == "tool":
+            entry["tool_call_id"] = message.tool_call_id
+        result.append(entry)
+    return result
+
+
+def pending_tool_calls(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """Calls of the last assistant message that have no result yet (manual mode)."""
+    answered = set()
+    for message in reversed(messages):
+        if message.role == "tool":
+            answered.add(message.tool_call_id)
+        elif message.role == "assistant":
+            return [c for c in message.tool_calls or [] if c["id"] not in answered]
+        else:
+            return []
+    return []
+
+
+# --- Export ---
+
+
+def export_json(conversation: Conversation, messages: list[ChatMessage]) -> str:
+    body = {
+        "id": conversation.id,
+        "title": conversation.title,
+        "model": conversation.model_id,
+        "system_prompt": conversation.system_prompt,
+        "parameters": conversation.parameters,
+        "created_at": conversation.created_at.isoformat(),
+        "messages": [
+            {
+                "role": m.role,
+                "content": m.content,
+                "reasoning": m.reasoning,
+                "tool_calls": m.tool_calls,
+                "tool_call_id": m.tool_call_id,
+                "stats": m.stats,
+                "created_at": m.created_at.isoformat(),
+            }
+            for m in messages
+        ],
+    }
+    return json.dumps(body, ensure_ascii=False, indent=2)
+
+
+def export_markdown(conversation: Conversation, messages: list[ChatMessage]) -> str:
+    lines = [f"# {conversation.title}", "", f"Model: `{conversation.model_id}`", ""]
+    if conversation.system_prompt:
+        lines += ["## System", "", conversation.system_prompt, ""]
+    for message in messages:
+        if message.role == "tool":
+            lines += [f"### Tool result ({message.tool_call_id})", "", "```", message.content, "```", ""]
+            continue
+        lines += [f"## {message.role.capitalize()}", ""]
+        if message.reasoning:
+            quoted = "\n".join(f"> {line}" for line in message.reasoning.splitlines())
+            lines += ["<details><summary>Reasoning</summary>", "", quoted, "", "</details>", ""]
+        if message.content:
+            lines += [message.content, ""]
+        for call in message.tool_calls or []:
+            function = call.get("function", {})
+            lines += [f"Tool call `{function.get('name')}` ({call.get('id')}):", "", "```json"]
+            lines += [_pretty(function.get("arguments", "{}")), "```", ""]
+    return "\n".join(lines)
+
+
+def _pretty(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), ensure_ascii=False, indent=2)
+    except ValueError:
+        return arguments
