@@ -110,45 +110,21 @@ async def import_model(
 
 
 @router.post("/{model_id:path}/load", response_class=HTMLResponse)
-async def load(request: Request, session: SessionDep, model_id: str) -> Response:
-    if get_model(session, model_id) is None:
-        return _page(request, session, error=_missing(model_id), status=404)
-    try:
-        await pool_admin.load_model(model_id, pin=False)
-    except APIError as exc:
-        return _row(request, session, model_id, error=exc.message)
-    return _row(request, session, model_id)
-
-
 @router.post("/{model_id:path}/pin", response_class=HTMLResponse)
-async def pin(request: Request, session: SessionDep, model_id: str) -> Response:
-    """Pin = load now and keep loaded (exempt from eviction and the idle TTL)."""
-    if get_model(session, model_id) is None:
-        return _page(request, session, error=_missing(model_id), status=404)
-    try:
-        await pool_admin.load_model(model_id, pin=True)
-    except APIError as exc:
-        return _row(request, session, model_id, error=exc.message)
-    return _row(request, session, model_id)
-
-
 @router.post("/{model_id:path}/unpin", response_class=HTMLResponse)
-def unpin(request: Request, session: SessionDep, model_id: str) -> Response:
-    if get_model(session, model_id) is None:
-        return _page(request, session, error=_missing(model_id), status=404)
-    try:
-        pool_admin.set_pinned(model_id, False)
-    except APIError as exc:
-        return _row(request, session, model_id, error=exc.message)
-    return _row(request, session, model_id)
-
-
 @router.post("/{model_id:path}/unload", response_class=HTMLResponse)
-async def unload(request: Request, session: SessionDep, model_id: str) -> Response:
+async def pool_action(request: Request, session: SessionDep, model_id: str) -> Response:
+    """load; pin (load now and keep loaded: exempt from eviction and the idle TTL); unpin; unload."""
+    action = request.url.path.rsplit("/", 1)[1]
     if get_model(session, model_id) is None:
         return _page(request, session, error=_missing(model_id), status=404)
     try:
-        await pool_admin.unload_model(model_id)
+        if action in ("load", "pin"):
+            await pool_admin.load_model(model_id, pin=action == "pin")
+        elif action == "unpin":
+            pool_admin.set_pinned(model_id, False)
+        else:
+            await pool_admin.unload_model(model_id)
     except APIError as exc:
         return _row(request, session, model_id, error=exc.message)
     return _row(request, session, model_id)

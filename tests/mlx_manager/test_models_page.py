@@ -3,32 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
-from mlx_server.database import get_engine, upgrade_database
+from mlx_server.database import get_engine
 from mlx_server.models.pool import get_model_pool
-from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from tests.support import csrf_headers
+from mlx_server.records import ModelCapabilities
 
 HTMX = {"HX-Request": "true"}
-
-
-@pytest.fixture
-def page(home: Path, smollm_dir: Path) -> Iterator[TestClient]:
-    from mlx_manager.main import create_app
-
-    upgrade_database()
-    with Session(get_engine()) as session:
-        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir), size_bytes=10**8))
-        session.commit()
-    with TestClient(create_app()) as client:
-        client.headers.update(csrf_headers(client))
-        yield client
 
 
 def test_page_lists_the_model_with_size_bits_and_free_disk(page: TestClient) -> None:

@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
-from sqlmodel import Session
 
-from mlx_server.database import get_engine, upgrade_database
 from mlx_server.models.pool import get_model_pool
-from mlx_server.records import ModelRecord, ModelSource
 from mlx_server.utils.memory import GB
 from tests.support import csrf_headers
-
-
-@pytest.fixture
-def page(home: Path, smollm_dir: Path) -> Iterator[TestClient]:
-    from mlx_manager.main import create_app
-
-    upgrade_database()
-    with Session(get_engine()) as session:
-        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir), size_bytes=10**8))
-        session.commit()
-    with TestClient(create_app()) as client:
-        client.headers.update(csrf_headers(client))
-        yield client
 
 
 def test_limits_are_validated_stored_and_applied_live(page: TestClient) -> None:

@@ -1,0 +1,144 @@
+"""The playground's streaming overhead: tokens/s the chat UI shows against the same generation
+streamed through /v1/chat/completions.
+
+Both go to one `mlx-manager serve` (as users run it), same prompt, greedy, same max_tokens, so
+both generate the same tokens. The API side is measured from the client (first content chunk
+to last, SSE parsing included); the UI side reports the figure the page shows (the `stats`
+event) and the client-measured rate of its `content` events. Runs alternate; medians reported.
+
+    python -m mlx_server.benchmark.ui_stream [--tokens 128] [--runs 3] [--write docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from mlx_server.benchmark._server import running_server, write_section
+from mlx_server.models.store import DEFAULT_MODEL_ID
+
+PROMPT = "Write a long story about a lighthouse keeper and a storm."
+MARKER_START = "<!-- ui-stream-benchmark:start -->"
+MARKER_END = "<!-- ui-stream-benchmark:end -->"
+
+
+@dataclass(frozen=True)
+class Run:
+    tokens: int
+    client_tps: float
+    shown_tps: float | None = None  # what the UI displays (the stats event)
+
+
+def api_run(url: str, max_tokens: int) -> Run:
+    body = {
+        "model": DEFAULT_MODEL_ID,
+        "messages": [{"role": "user", "content": PROMPT}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    first = last = 0.0
+    tokens = 0
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                last = time.perf_counter()
+                first = first or last
+    return Run(tokens, (tokens - 1) / (last - first))
+
+
+def ui_run(client: httpx.Client, url: str, max_tokens: int) -> Run:
+    csrf = {"X-CSRF-Token": client.cookies["mlx_csrf"]}
+    created = client.post(f"{url}/chat/new", data={"model_id": DEFAULT_MODEL_ID}, headers=csrf)
+    conversation = created.url.path.rsplit("/", 1)[1]
+    form = {
+        "content": PROMPT,
+        "model_id": DEFAULT_MODEL_ID,
+        "temperature": "0",
+        "max_tokens": str(max_tokens),
+    }
+    headers = {**csrf, "Accept": "text/event-stream"}
+    first = last = 0.0
+    stats: dict[str, float] = {}
+    name = ""
+    with client.stream(
+        "POST", f"{url}/chat/{conversation}/send", data=form, headers=headers, timeout=600
+    ) as reply:
+        for line in reply.iter_lines():
+            if line.startswith("event:"):
+                name = line.removeprefix("event:").strip()
+            elif line.startswith("data:") and name == "content":
+                last = time.perf_counter()
+                first = first or last
+            elif line.startswith("data:") and name == "stats":
+                stats = json.loads(line.removeprefix("data:").strip())
+    tokens = int(stats["completion_tokens"])
+    return Run(tokens, (tokens - 1) / (last - first), float(stats["tokens_per_s"]))
+
+
+def report(api: list[Run], ui: list[Run], max_tokens: int) -> str:
+    api_tps = statistics.median(r.client_tps for r in api)
+    shown = statistics.median(r.shown_tps or 0.0 for r in ui)
+    ui_client = statistics.median(r.client_tps for r in ui)
+    lines = [
+        f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()} ({platform.system()}), "
+        f"{DEFAULT_MODEL_ID} (our GGUF import), greedy, max_tokens {max_tokens}, median of {len(api)} "
+        "alternating runs against one `mlx-manager serve`.",
+        "",
+        "| Path | Tokens | Decode tok/s |",
+        "|---|---|---|",
+        f"| `/v1/chat/completions` stream, client-measured | {api[0].tokens} | {api_tps:.2f} |",
+        f"| Playground: figure shown in the UI (`stats` event) | {ui[0].tokens} | {shown:.2f} |",
+        f"| Playground: `content` events, client-measured | {ui[0].tokens} | {ui_client:.2f} |",
+        "",
+        f"The UI shows **{shown / api_tps * 100:.1f} %** of the API's rate (target: within 5 %); its "
+        f"own event stream arrives at {ui_client / api_tps * 100:.1f} % of it.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--write", type=Path, help="update this markdown file's section")
+    args = parser.parse_args()
+
+    api: list[Run] = []
+    ui: list[Run] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp,
+        running_server(Path(tmp)) as url,
+        httpx.Client(follow_redirects=True) as client,
+    ):
+        client.get(f"{url}/")  # the CSRF cookie
+        api_run(url, 4)  # loads the model
+        for i in range(args.runs):
+            api.append(api_run(url, args.tokens))
+            ui.append(ui_run(client, url, args.tokens))
+            print(f"run {i + 1}: api {api[-1].client_tps:.2f}, ui shown {ui[-1].shown_tps:.2f} tok/s")
+    section = report(api, ui, args.tokens)
+    print(section)
+    if args.write:
+        write_section(args.write, "Chat playground streaming vs the API", MARKER_START, MARKER_END, section)
+
+
+if __name__ == "__main__":
+    main()
