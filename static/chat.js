@@ -10,13 +10,22 @@
     return field ? field.value : "";
   }
 
+  let busy = false;
+
+  // A message that arrives while a reply streams gets its buttons disabled like the others:
+  // the server refuses a second post until the turn ends.
   function fragment(html) {
     const template = document.createElement("template");
     template.innerHTML = html.trim();
-    return template.content.firstElementChild;
+    const element = template.content.firstElementChild;
+    element.querySelectorAll("form[data-stream] button[type=submit]").forEach(function (b) {
+      b.disabled = busy;
+    });
+    return element;
   }
 
-  function setBusy(busy) {
+  function setBusy(value) {
+    busy = value;
     const send = document.getElementById("send-button");
     const stop = document.getElementById("stop-button");
     if (send) send.disabled = busy;
@@ -42,6 +51,21 @@
     return document.getElementById("streaming-message");
   }
 
+  function dropRegenerate() {
+    document.querySelectorAll("#messages .regenerate").forEach(function (b) { b.closest("form").remove(); });
+  }
+
+  // The first message names a new conversation: show it in the sidebar, the title field (unless
+  // the user is editing it) and the tab.
+  function showTitle(title) {
+    const link = document.querySelector('.conversation-list a[aria-current="page"]');
+    if (!title || !link || link.textContent === title) return;
+    const field = document.querySelector(".rename-form input[name=title]");
+    if (field && field.value === field.defaultValue) field.value = field.defaultValue = title;
+    link.textContent = title;
+    document.title = title + " · MLX Manager";
+  }
+
   let reasoningStarted = 0;
 
   const handlers = {
@@ -53,8 +77,9 @@
       });
     },
     user: function (data) {
+      dropRegenerate();
       document.getElementById("messages").appendChild(fragment(data.html));
-      document.querySelectorAll("#messages .regenerate").forEach(function (b) { b.closest("form").remove(); });
+      showTitle(data.title);
       scrollToEnd();
     },
     assistant_start: function (data) {
@@ -91,6 +116,7 @@
       if (line && data.tokens_per_s) line.textContent = data.tokens_per_s.toFixed(1) + " tok/s";
     },
     message: function (data) {
+      dropRegenerate();  // only the last reply has one (a tool round's reply is followed by more)
       const saved = fragment(data.html);
       const current = streaming();
       if (current) current.replaceWith(saved);
@@ -112,7 +138,8 @@
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      buffer += value.replace(/\r\n/g, "\n");
+      // Normalized after joining: a read can end between the \r and \n of sse-starlette's "\r\n".
+      buffer = (buffer + value).replace(/\r\n/g, "\n");
       let end;
       while ((end = buffer.indexOf("\n\n")) >= 0) {
         dispatch(buffer.slice(0, end));

@@ -2,7 +2,8 @@
 
 Each POST answers with the turn as server-sent events when the page's script asks for them
 (`Accept: text/event-stream`): reasoning, content, tool_call, tool_result, stats, error and
-done, plus the server-rendered HTML of each finished message. A plain form (no script) gets the
+done, plus the server-rendered HTML of each finished message (the user's with the
+conversation's title, which the first message sets). A plain form (no script) gets the
 turn run to its end and a redirect back to the conversation.
 """
 
@@ -18,7 +19,7 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import FormData
 
-from mlx_manager.records import ChatMessage
+from mlx_manager.records import ChatMessage, Conversation
 from mlx_manager.routers.chat import page
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
 from mlx_manager.services.chat_runner import RunningError, chat_runs, manual_result, run_turn
@@ -49,9 +50,9 @@ class FormError(ValueError):
 async def send(request: Request, conversation_id: int) -> Response:
     form = await request.form()
     with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        if conversation is None:
-            return _refused(request, session, conversation_id, "There is no such conversation.", 404)
+        conversation = _idle_conversation(request, session, conversation_id)
+        if isinstance(conversation, Response):
+            return conversation
         try:
             options = options_from_form(form)
             model_id = _text(form, "model_id")
@@ -70,20 +71,16 @@ async def send(request: Request, conversation_id: int) -> Response:
             parameters=options.stored(),
         )
         message = add_message(session, conversation, "user", content)
-    return await _turn(
-        request, conversation_id, options, [("user", {"html": _message_html(request, message)})]
-    )
+    return await _turn(request, conversation_id, options, [_user_event(request, conversation, message)])
 
 
 @router.post("/{conversation_id}/regenerate", response_class=HTMLResponse)
 async def regenerate(request: Request, conversation_id: int) -> Response:
     """Answer the last user message again (its earlier answers are replaced)."""
     with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        if conversation is None:
-            return _refused(request, session, conversation_id, "There is no such conversation.", 404)
-        if chat_runs.running(conversation_id):
-            return _refused(request, session, conversation_id, "Stop the reply being generated first.", 409)
+        conversation = _idle_conversation(request, session, conversation_id)
+        if isinstance(conversation, Response):
+            return conversation
         try:
             position = last_user_position(messages_of(session, conversation_id)) + 1
         except ConversationError as exc:
@@ -99,11 +96,9 @@ async def edit(request: Request, conversation_id: int, position: int) -> Respons
     form = await request.form()
     content = _text(form, "content").strip()
     with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        if conversation is None:
-            return _refused(request, session, conversation_id, "There is no such conversation.", 404)
-        if chat_runs.running(conversation_id):
-            return _refused(request, session, conversation_id, "Stop the reply being generated first.", 409)
+        conversation = _idle_conversation(request, session, conversation_id)
+        if isinstance(conversation, Response):
+            return conversation
         target = next((m for m in messages_of(session, conversation_id) if m.position == position), None)
         if target is None or target.role != "user":
             return _refused(request, session, conversation_id, "Only your own messages can be edited.", 400)
@@ -114,7 +109,7 @@ async def edit(request: Request, conversation_id: int, position: int) -> Respons
         options = ChatOptions.from_stored(conversation.parameters)
     events: list[tuple[str, dict[str, Any]]] = [
         ("rewind", {"position": position}),
-        ("user", {"html": _message_html(request, message)}),
+        _user_event(request, conversation, message),
     ]
     return await _turn(request, conversation_id, options, events)
 
@@ -149,6 +144,16 @@ async def stop(request: Request, conversation_id: int) -> Response:
 
 
 # --- Helpers ---
+
+
+def _idle_conversation(request: Request, session: Session, conversation_id: int) -> Conversation | Response:
+    """The conversation, if it exists and no reply is being generated for it; else the refusal."""
+    conversation = get_conversation(session, conversation_id)
+    if conversation is None:
+        return _refused(request, session, conversation_id, "There is no such conversation.", 404)
+    if chat_runs.running(conversation_id):
+        return _refused(request, session, conversation_id, "Stop the reply being generated first.", 409)
+    return conversation
 
 
 async def _turn(
@@ -200,6 +205,13 @@ def _sse(request: Request, name: str, data: dict[str, Any], options: ChatOptions
         card = templates.get_template("partials/chat_tool_call.html")
         data = {**data, "html": card.render(request=request, call=data, result=None, pending=False)}
     return ServerSentEvent(event=name, data=json.dumps(data, ensure_ascii=False))
+
+
+def _user_event(
+    request: Request, conversation: Conversation, message: ChatMessage
+) -> tuple[str, dict[str, Any]]:
+    """The user's message, and the title it may have given the conversation (for the sidebar)."""
+    return "user", {"html": _message_html(request, message), "title": conversation.title}
 
 
 def _message_html(request: Request, message: ChatMessage, options: ChatOptions | None = None) -> str:

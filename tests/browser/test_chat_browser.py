@@ -1,0 +1,335 @@
+"""The chat playground in a real browser with the real SmolLM2: a reply streams in, Stop ends it,
+Regenerate replaces it, Edit rewinds and resends, a reload shows the same history, the agent
+loop runs the calculator, model output with markup stays text, export and rename.
+
+Writes docs/screenshots/chat.png and chat-tools.png on the way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import ElementHandle, Locator, Page, expect, sync_playwright
+from sqlmodel import Session
+
+from mlx_manager.services.conversations import add_message, create_conversation
+from mlx_server.database import get_engine
+from mlx_server.records import ModelRecord, ModelSource
+from tests.browser.test_dashboard import CHROMIUM_ARGS
+from tests.browser.test_dashboard_flows import SCREENSHOTS, SECONDS, VIEWPORT
+
+REPLY_SECONDS = 60  # the first reply also loads the model
+XSS_REPLY = 'Hi <script>window.__xss=1</script> <img src=x onerror="window.__xss=2">'
+
+# Every non-empty length the streaming reply's text had while it was on the page.
+RECORD_STREAM_LENGTHS = """() => {
+  window.__streamLengths = [];
+  new MutationObserver(() => {
+    const text = document.querySelector('#streaming-message .stream-text');
+    if (text && text.textContent.length) window.__streamLengths.push(text.textContent.length);
+  }).observe(document.getElementById('messages'), { childList: true, subtree: true, characterData: true });
+}"""
+ROLES = """() => [...document.querySelectorAll('#messages .msg')]
+  .map(m => m.classList.contains('msg-user') ? 'user' : 'assistant')"""
+
+
+@dataclass
+class Browsing:
+    page: Page
+    errors: list[str] = field(default_factory=list)
+    outside: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def smol(live_server: str, smollm_dir: Path) -> str:
+    """SmolLM2 registered as a local model in the live server's database."""
+    with Session(get_engine()) as session:
+        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
+        session.commit()
+    return "smol"
+
+
+@contextmanager
+def _browse(live_server: str, chromium: Path) -> Iterator[Browsing]:
+    """A page on the live server; after the block, no console error and no outside request."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.set_default_timeout(10 * SECONDS)
+        browsing = Browsing(page)
+        page.on("console", lambda msg: browsing.errors.append(msg.text) if msg.type == "error" else None)
+        page.on("pageerror", lambda exc: browsing.errors.append(str(exc)))
+        page.on(
+            "request",
+            lambda req: None if req.url.startswith(live_server) else browsing.outside.append(req.url),
+        )
+        yield browsing
+        browser.close()
+    assert browsing.errors == []
+    assert browsing.outside == []
+
+
+def _screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.mouse.move(0, VIEWPORT["height"] - 1)
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+def _new_chat(page: Page, live_server: str) -> None:
+    page.goto(live_server + "/chat")
+    page.get_by_role("main").get_by_label("Model").select_option("smol")
+    page.get_by_role("button", name="New chat", exact=True).click()
+    page.wait_for_url(re.compile(re.escape(live_server) + r"/chat/\d+$"))
+    expect(page.get_by_role("textbox", name="Title")).to_have_value("New chat")
+
+
+def _set_parameters(page: Page, *, max_tokens: int, calculator: bool = False) -> None:
+    """Greedy decoding and a small budget, set in the parameters panel (opened, then closed)."""
+    panel = page.locator("details.chat-controls")
+    panel.locator("summary").click()
+    expect(panel.get_by_label("Temperature")).to_be_visible()
+    panel.get_by_label("Temperature").fill("0")
+    panel.get_by_label("Max tokens").fill(str(max_tokens))
+    if calculator:
+        panel.get_by_role("checkbox", name=re.compile(r"^calculator")).check()
+        panel.get_by_label("Tool choice").select_option("required")
+    panel.locator("summary").click()
+    expect(panel.get_by_label("Temperature")).to_be_hidden()
+
+
+def _send(page: Page, text: str) -> None:
+    """Type a message and press Enter, as a user does."""
+    box = page.get_by_role("textbox", name="Message")
+    box.fill(text)
+    box.press("Enter")
+
+
+def _reply_done(page: Page) -> None:
+    """The turn is over: Send is back, nothing streams, no error is shown."""
+    expect(page.locator("#send-button")).to_be_enabled(timeout=REPLY_SECONDS * SECONDS)
+    expect(page.locator("#streaming-message")).to_have_count(0)
+    expect(page.locator("#stop-button")).to_be_hidden()
+    expect(page.locator("#chat-status")).to_have_text("")
+
+
+def _roles(page: Page) -> list[str]:
+    return list(page.evaluate(ROLES))
+
+
+def _attached(handles: list[ElementHandle]) -> list[bool]:
+    return [bool(handle.evaluate("e => e.isConnected")) for handle in handles]
+
+
+def _assistant_elements(page: Page) -> list[ElementHandle]:
+    """The assistant bubbles now on the page (SQLite reuses ids, so the elements tell replies apart)."""
+    return [m.element_handle() for m in page.locator("#messages .msg-assistant").all()]
+
+
+def _bubbles(page: Page) -> list[str]:
+    return [m.inner_text() for m in page.locator("#messages .msg .msg-text").all()]
+
+
+def _current_conversation(page: Page) -> Locator:
+    return page.get_by_role("complementary", name="Conversations").locator('a[aria-current="page"]')
+
+
+def _stats(message: Locator) -> Locator:
+    return message.get_by_test_id("message-stats")
+
+
+def _stream_a_reply(page: Page) -> None:
+    """Shift+Enter is a new line; Enter sends; the reply grows on the page, then is saved."""
+    page.evaluate(RECORD_STREAM_LENGTHS)
+    box = page.get_by_role("textbox", name="Message")
+    box.press_sequentially("What is the capital")
+    box.press("Shift+Enter")
+    expect(box).to_have_value("What is the capital\n")
+    expect(page.locator("#messages .msg")).to_have_count(0)  # nothing was sent
+    box.press_sequentially("of France?")
+    box.press("Enter")
+
+    user = page.locator("#messages .msg-user")
+    expect(user).to_have_count(1)
+    expect(user.locator(".user-text")).to_have_text("What is the capital\nof France?")
+    expect(box).to_have_value("")
+    _reply_done(page)
+    lengths = page.evaluate("() => window.__streamLengths")
+    assert len(set(lengths)) >= 2, f"the reply did not stream: lengths seen {lengths}"
+    assert _roles(page) == ["user", "assistant"]
+    reply = page.locator("#messages .msg-assistant")
+    expect(reply.locator(".msg-text")).not_to_be_empty()
+    expect(_stats(reply)).to_contain_text("tok/s")
+    expect(reply.get_by_role("button", name="Regenerate")).to_be_enabled()
+    # The first message names the conversation at once, without a reload.
+    expect(_current_conversation(page)).to_have_text("What is the capital of France?")
+    expect(page.get_by_role("textbox", name="Title")).to_have_value("What is the capital of France?")
+    expect(page).to_have_title("What is the capital of France? · MLX Manager")
+
+
+def _regenerate(page: Page) -> None:
+    old = _assistant_elements(page)
+    page.locator("#messages .msg-assistant").get_by_role("button", name="Regenerate").click()
+    _reply_done(page)
+    assert _roles(page) == ["user", "assistant"]  # replaced, not added
+    assert _attached(old) == [False]
+    expect(page.locator("#messages .msg-assistant .msg-text")).not_to_be_empty()
+    expect(_stats(page.locator("#messages .msg-assistant"))).to_contain_text("tok/s")
+
+
+def _edit_first_and_resend(page: Page) -> None:
+    _send(page, "Name a color.")
+    _reply_done(page)
+    assert _roles(page) == ["user", "assistant", "user", "assistant"]
+    before = _assistant_elements(page)
+
+    first = page.locator("#messages .msg-user").first
+    first.locator("summary", has_text="Edit").click()
+    editor = first.locator("details.edit-message textarea")
+    expect(editor).to_have_value("What is the capital\nof France?")
+    editor.fill("What is the capital of Italy?")
+    first.get_by_role("button", name="Save and resend").click()
+    _reply_done(page)
+    assert _roles(page) == ["user", "assistant"]  # the later messages are gone
+    expect(page.locator("#messages .msg-user .user-text")).to_have_text("What is the capital of Italy?")
+    expect(page.get_by_text("Name a color.")).to_have_count(0)
+    assert _attached(before) == [False, False]
+    expect(page.locator("#messages .msg-assistant .msg-text")).not_to_be_empty()
+
+
+def _stop_mid_stream(page: Page) -> None:
+    _set_parameters(page, max_tokens=300)
+    _send(page, "Write a long story about a dragon.")
+    streamed = page.locator("#streaming-message .stream-text")
+    expect(streamed).to_have_text(re.compile(r"\S.{15,}", re.S), timeout=REPLY_SECONDS * SECONDS)
+    expect(page.locator("#send-button")).to_be_disabled()
+    # Nothing else can be posted while the reply streams (the server would refuse it).
+    resend = page.locator("#messages .msg-user").last.locator("details.edit-message button")
+    expect(resend).to_have_text("Save and resend")
+    expect(resend).to_be_disabled()
+    stop = page.get_by_role("button", name="Stop")
+    expect(stop).to_be_visible()
+    stop.click()
+
+    reply = page.locator("#messages .msg-assistant").last
+    expect(_stats(reply)).to_contain_text("stopped", timeout=5 * SECONDS)
+    expect(page.locator("#send-button")).to_be_enabled()
+    _reply_done(page)
+    assert _roles(page) == ["user", "assistant", "user", "assistant"]
+    expect(reply.locator(".msg-text")).not_to_be_empty()
+
+
+def _reload_shows_history(page: Page, title: str) -> None:
+    roles, bubbles = _roles(page), _bubbles(page)
+    stats = [_stats(m).inner_text() for m in page.locator("#messages .msg-assistant").all()]
+    page.reload()
+    assert _roles(page) == roles
+    assert _bubbles(page) == bubbles
+    assert [_stats(m).inner_text() for m in page.locator("#messages .msg-assistant").all()] == stats
+    expect(_current_conversation(page)).to_have_text(title)
+
+
+def _export_and_rename(page: Page, live_server: str) -> None:
+    with page.expect_download() as info:
+        page.get_by_role("link", name="Export Markdown").click()
+    download = info.value
+    assert re.fullmatch(r"chat-\d+\.md", download.suggested_filename)
+    markdown = Path(download.path()).read_text()
+    assert "## User\n\nWhat is the capital of Italy?" in markdown
+    assert "## User\n\nWrite a long story about a dragon." in markdown
+    first_reply = page.locator("#messages .msg-assistant .msg-text").first.inner_text()
+    assert first_reply.split("\n")[0].strip() in markdown
+
+    href = page.get_by_role("link", name="Export JSON").get_attribute("href")
+    assert href is not None
+    exported = json.loads(page.request.get(live_server + href).text())
+    assert [m["role"] for m in exported["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert exported["messages"][2]["content"] == "Write a long story about a dragon."
+
+    title = page.get_by_role("textbox", name="Title")
+    title.fill("Capitals and dragons")
+    page.get_by_role("button", name="Rename").click()
+    expect(page).to_have_title("Capitals and dragons · MLX Manager")
+    expect(page.get_by_role("complementary", name="Conversations").get_by_role("link")).to_have_text(
+        ["Capitals and dragons"]
+    )
+    expect(title).to_have_value("Capitals and dragons")
+
+
+@pytest.mark.browser
+def test_a_reply_streams_stops_regenerates_resends_after_an_edit_and_survives_a_reload(
+    live_server: str, smol: str, chromium: Path
+) -> None:
+    with _browse(live_server, chromium) as browsing:
+        page = browsing.page
+        _new_chat(page, live_server)
+        _set_parameters(page, max_tokens=24)
+        _stream_a_reply(page)
+        _regenerate(page)
+        _edit_first_and_resend(page)
+        _stop_mid_stream(page)
+        _reload_shows_history(page, "What is the capital of France?")  # named by the first message sent
+        _export_and_rename(page, live_server)
+
+
+@pytest.mark.browser
+def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
+    live_server: str, smol: str, chromium: Path
+) -> None:
+    with _browse(live_server, chromium) as browsing:
+        page = browsing.page
+        _new_chat(page, live_server)
+        _set_parameters(page, max_tokens=40, calculator=True)
+        _send(page, "What is 12 times 7?")
+
+        card = page.locator("#messages .tool-card").filter(has_text="calculator")
+        expect(card).to_have_count(1, timeout=REPLY_SECONDS * SECONDS)
+        expect(card.locator(".tool-name")).to_have_text("calculator")
+        expect(card.locator(".tool-args")).to_contain_text('"expression"')
+        expect(card.locator(".tool-result pre")).not_to_be_empty(timeout=REPLY_SECONDS * SECONDS)
+        _reply_done(page)
+        assert _roles(page) == ["user", "assistant", "assistant"]
+        answer = page.locator("#messages .msg-assistant").last
+        expect(answer.locator(".tool-card")).to_have_count(0)
+        expect(answer.locator(".msg-text")).not_to_be_empty()
+        expect(_stats(answer)).to_contain_text("tok/s")
+        regenerate = page.get_by_role("button", name="Regenerate")
+        expect(regenerate).to_have_count(1)  # on the last reply only, not on the tool round's
+        expect(answer.get_by_role("button", name="Regenerate")).to_be_enabled()
+        _screenshot(page, "chat.png")
+
+        result = card.locator(".tool-result pre").inner_text()
+        page.reload()  # the card keeps its result; the panel keeps the tool settings
+        card = page.locator("#messages .tool-card").filter(has_text="calculator")
+        expect(card.locator(".tool-result pre")).to_have_text(result)
+        panel = page.locator("details.chat-controls")
+        panel.locator("summary").click()
+        expect(panel.get_by_role("checkbox", name=re.compile(r"^calculator"))).to_be_checked()
+        expect(panel.get_by_label("Tool choice")).to_have_value("required")
+        _screenshot(page, "chat-tools.png")
+
+
+@pytest.mark.browser
+def test_a_reply_with_script_and_img_markup_is_shown_as_text(
+    live_server: str, smol: str, chromium: Path
+) -> None:
+    with Session(get_engine()) as session:
+        conversation = create_conversation(session, model_id=smol)
+        add_message(session, conversation, "user", "Say hi.")
+        add_message(session, conversation, "assistant", XSS_REPLY)
+        conversation_id = conversation.id
+
+    with _browse(live_server, chromium) as browsing:
+        page = browsing.page
+        page.goto(f"{live_server}/chat/{conversation_id}")
+        reply = page.locator("#messages .msg-assistant .msg-text")
+        expect(reply).to_contain_text("<script>window.__xss=1</script>")
+        expect(reply).to_contain_text('<img src=x onerror="window.__xss=2">')
+        assert page.evaluate("() => typeof window.__xss") == "undefined"
+        expect(page.locator(".msg img")).to_have_count(0)
+        expect(page.locator(".msg script")).to_have_count(0)
