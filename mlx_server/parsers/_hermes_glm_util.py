@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,17 +167,23 @@ def calls_from_json(value: Any, *, require_arguments: bool) -> list[ToolCall]:
 
 
 def tagged_blocks(
-    text: str, start: str, end: str, stops: tuple[str, ...] = ()
+    text: str,
+    start: str,
+    end: str,
+    stops: tuple[str, ...] = (),
+    inside: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[int, str, bool]]:
     """(position, body, closed) for each `start` tag in `text`.
 
-    A body runs to `end`; when that is missing (a truncated or sloppy call) it runs to the next
-    `start`, to one of `stops`, or to the end of the text.
+    A body runs to `end` (skipping those `inside` says belong to the body); when that is missing
+    (a truncated or sloppy call) it runs to the next `start`, to one of `stops`, or to the end.
     """
     pos = text.find(start)
     while pos != -1:
         body_start = pos + len(start)
         close = text.find(end, body_start)
+        while close != -1 and inside is not None and inside(text[body_start:close]):
+            close = text.find(end, close + len(end))
         limits = [close] if close != -1 else []
         for tag in (start, *stops):
             found = text.find(tag, body_start)
@@ -187,6 +193,22 @@ def tagged_blocks(
         closed = body_end == close
         yield pos, text[body_start:body_end], closed
         pos = text.find(start, body_end + len(end) if closed else body_end)
+
+
+def ends_inside_json_string(text: str) -> bool:
+    """Whether the JSON that starts at the first `{` of `text` is cut inside a string."""
+    start = text.find("{")
+    if start == -1:
+        return False
+    inside = escaped = False
+    for char in text[start:]:
+        if escaped:
+            escaped = False
+        elif inside and char == "\\":
+            escaped = True
+        elif char == '"':
+            inside = not inside
+    return inside
 
 
 def call_arguments(call: ToolCall) -> dict[str, Any]:

@@ -67,6 +67,11 @@ class ToolCallParser(ABC):
         """Control text that is never content (harmony's message headers); removed wherever it is."""
         return []
 
+    def marker_inside_call(self, body: str) -> bool:
+        """Whether an end marker that follows `body` (a call's text so far) is part of the call,
+        e.g. inside a JSON string, so the call runs on to the next one."""
+        return False
+
     def extract(self, text: str) -> list[ToolCall]:
         """Every tool call in `text`, in order; [] for text that holds none. Never raises: model
         output is arbitrary (a parse error, or nesting deeper than Python's stack, means there

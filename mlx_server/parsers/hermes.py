@@ -14,6 +14,7 @@ from typing import Any
 from mlx_server.parsers._hermes_glm_util import (
     call_arguments,
     calls_from_json,
+    ends_inside_json_string,
     loads_lenient,
     tagged_blocks,
 )
@@ -38,10 +39,15 @@ class HermesJsonParser(ToolCallParser):
     def leading_markers(self) -> list[str]:
         return ["{", "["]
 
+    def marker_inside_call(self, body: str) -> bool:
+        # A model may write "</tool_call>" inside an argument (code, or a small model's slip
+        # that a grammar allows: strings may hold any text); the call ends after its JSON.
+        return ends_inside_json_string(body)
+
     def extract_calls(self, text: str) -> list[ToolCall]:
         if OPEN in text:
             calls: list[ToolCall] = []
-            for _, body, _closed in tagged_blocks(text, OPEN, CLOSE):
+            for _, body, _closed in tagged_blocks(text, OPEN, CLOSE, inside=self.marker_inside_call):
                 calls.extend(calls_from_json(loads_lenient(body), require_arguments=False))
             return calls
         bare = text.lstrip()

@@ -187,6 +187,8 @@ class StreamingProcessor:
         if not end:
             return False  # runs to the end of the output
         at = self._segment.find(end, self._segment_start)
+        while at >= 0 and self._tool_parser.marker_inside_call(self._segment[self._segment_start : at]):
+            at = self._segment.find(end, at + len(end))
         if at < 0:
             return False
         segment, self._buffer = self._segment[: at + len(end)], self._segment[at + len(end) :]

@@ -88,6 +88,8 @@ def stream(parser: ToolCallParser, text: str, tools: list[str] | None) -> tuple[
         at, start, end = min(starts, key=lambda found: found[0])
         content.append(text[pos:at])
         close = text.find(end, at + len(start)) if end else -1
+        while close != -1 and parser.marker_inside_call(text[at + len(start) : close]):
+            close = text.find(end, close + len(end))  # as the StreamingProcessor does
         stop = close + len(end) if close != -1 else len(text)
         segment_calls = parser.extract(text[at:stop])
         if segment_calls:

@@ -11,6 +11,21 @@ TIME = '<tool_call>\n{"name": "get_time", "arguments": {"timezone": "Europe/Berl
 
 CASES: list[ParserCase] = [
     ParserCase(
+        name="close_tag_inside_an_argument_string",
+        text='<tool_call>\n{"name": "write_file", "arguments": {"text": "ends with </tool_call> here"}}'
+        + "\n</tool_call>",
+        calls=[("write_file", {"text": "ends with </tool_call> here"})],
+        content="",
+    ),
+    ParserCase(
+        # SmolLM2-135M under a call grammar: the close tag typed inside the string it is writing.
+        name="close_tag_typed_inside_a_string_then_the_real_one",
+        text='<tool_call>\n{"name": "calculator", "arguments": {"expression": "}}</tool_call>12 * "}}'
+        + "\n</tool_call>",
+        calls=[("calculator", {"expression": "}}</tool_call>12 * "})],
+        content="",
+    ),
+    ParserCase(
         name="no_call_plain_text",
         text="The weather in Paris is sunny today, 24 degrees.",
         content="The weather in Paris is sunny today, 24 degrees.",
