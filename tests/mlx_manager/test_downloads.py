@@ -33,6 +33,13 @@ WEIGHTS = "model.safetensors"
 MB = 1024 * 1024
 
 
+@pytest.fixture(autouse=True)
+def _no_auto_probe(hub_cache: Path, session: Session) -> None:
+    """These tests are about transfers: the probe that would follow each download (a real model
+    run, and a prefill that delays shutdown) is the browser flow's subject."""
+    set_setting(session, AUTO_PROBE, False)
+
+
 def _start(client: TestClient, repo_id: str = SMOLLM_REPO) -> int:
     response = client.post("/downloads", data={"repo_id": repo_id}, headers=csrf_headers(client))
     assert response.status_code == 202, response.text

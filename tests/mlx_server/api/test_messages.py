@@ -191,7 +191,7 @@ def test_recorded_claude_code_request_streams_to_completion(claude: anthropic.An
     request = json.loads(RECORDED.read_text())
     # The recording asks for 32000 tokens at temperature 1; a 135M model may ramble for
     # minutes before it ends its turn, so the test bounds the reply (the ceiling is tested above).
-    request["max_tokens"] = 40
+    request["max_tokens"] = 16
     request.pop("stream")
     request["extra_body"] = {"temperature": request.pop("temperature")}
     with claude.messages.stream(**request) as stream:
