@@ -129,17 +129,56 @@ def _measure(rows: int, runs: int) -> list[tuple[str, int, list[float]]]:
         page(f"/audit/export.csv, all {rows} rows (whole download)", "/audit/export.csv")
         first_byte("/audit/export.jsonl, first byte", "/audit/export.jsonl")
         first_byte("/audit/events, first byte", "/audit/events")
+        timed_with_ids = _pages_with_ids(page)
 
         # Every other GET route of the app, as its OpenAPI schema lists them.
         timed = {"/audit", "/audit/{audit_id}", "/audit/export.csv", "/audit/export.jsonl", "/audit/events"}
         for path, operations in client.get("/openapi.json").json()["paths"].items():
-            if "get" not in operations or path in timed:
+            if "get" not in operations or path in timed or path in timed_with_ids:
                 continue
             if "{" in path or path in SKIPPED:
                 results.append((f"{path} (not timed: {SKIPPED.get(path, 'needs an id')})", 0, []))
             else:
                 page(path, path)
     return results
+
+
+def _pages_with_ids(page: Callable[[str, str], None]) -> set[str]:
+    """The model detail page and a 40-message conversation (with reasoning, a tool call and code
+    to highlight), on records made for the run; returns the routes timed."""
+    from sqlmodel import Session
+
+    from mlx_manager.services.conversations import add_message, create_conversation
+    from mlx_server.database import get_engine
+    from mlx_server.records import ModelRecord, ModelSource
+
+    with Session(get_engine(), expire_on_commit=False) as session:
+        session.add(
+            ModelRecord(id="bench-model", source=ModelSource.LOCAL, path="/nonexistent", size_bytes=1)
+        )
+        conversation = create_conversation(session, model_id="bench-model")
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "calculator", "arguments": '{"a": 1}'},
+        }
+        for turn in range(20):
+            add_message(session, conversation, "user", f"Question {turn}: explain this code.")
+            code = f"```python\ndef f(x):\n    return x * {turn}\n```"
+            reply = f"Here is **turn {turn}**:\n\n{code}\n\n- one\n- two"
+            add_message(
+                session,
+                conversation,
+                "assistant",
+                reply,
+                reasoning="Thinking it over.",
+                tool_calls=[call] if turn % 5 == 0 else None,
+                stats={"ttft_s": 0.4, "tokens_per_s": 10.0, "prompt_tokens": 90, "completion_tokens": 40},
+            )
+    page("/models/{model_id}", "/models/bench-model")
+    page("/chat/{conversation_id} (40 messages)", f"/chat/{conversation.id}")
+    page("/chat/{conversation_id}/export.{kind} (md)", f"/chat/{conversation.id}/export.md")
+    return {"/models/{model_id}", "/chat/{conversation_id}", "/chat/{conversation_id}/export.{kind}"}
 
 
 def _table(results: list[tuple[str, int, list[float]]], rows: int, runs: int) -> str:
