@@ -100,15 +100,11 @@ async def run_turn(conversation_id: int, options: ChatOptions, cancel: asyncio.E
         answered: set[tuple[str, str]] = set()
         answer_now = False
         for depth in range(options.max_depth + 1):
-            if depth == options.max_depth:
-                yield (
-                    "error",
-                    {
-                        "message": f"Stopped after {depth} tool rounds (the maximum depth); "
-                        "send a message to go on."
-                    },
-                )
-                return
+            if depth == options.max_depth and not answer_now:
+                # As LangChain's early_stopping_method="generate": one last reply without tools,
+                # so the user gets an answer from what the calls returned, not just a stop.
+                yield "status", {"text": f"{depth} tool rounds (the maximum depth): the model answers now."}
+                answer_now = True
             saved: ChatMessage | None = None
             # "required" holds for the first reply only: after a tool result the model must be
             # free to answer, or a small model calls the same tool until max_depth.
@@ -119,7 +115,7 @@ async def run_turn(conversation_id: int, options: ChatOptions, cancel: asyncio.E
                 if event[0] == "assistant_saved":
                     saved = event[1]["message"]
                 yield event
-            if saved is None or cancel.is_set() or not saved.tool_calls:
+            if saved is None or cancel.is_set() or not saved.tool_calls or depth == options.max_depth:
                 return
             calls = {_call_key(call) for call in saved.tool_calls}
             if calls <= answered and not answer_now:

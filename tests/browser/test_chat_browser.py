@@ -99,6 +99,8 @@ def _set_parameters(page: Page, *, max_tokens: int, calculator: bool = False) ->
     if calculator:
         panel.get_by_role("checkbox", name=re.compile(r"^calculator")).check()
         panel.get_by_label("Tool choice").select_option("required")
+        # Two tool rounds at most, then the answer: bounded time whatever the 135M model calls.
+        panel.get_by_label("Max depth").fill("2")
     panel.locator("summary").click()
     expect(panel.get_by_label("Temperature")).to_be_hidden()
 
@@ -287,13 +289,14 @@ def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
         _set_parameters(page, max_tokens=40, calculator=True)
         _send(page, "What is 12 times 7?")
 
-        card = page.locator("#messages .tool-card").filter(has_text="calculator")
-        expect(card).to_have_count(1, timeout=REPLY_SECONDS * SECONDS)
+        card = page.locator("#messages .tool-card").filter(has_text="calculator").first
+        expect(card).to_be_visible(timeout=REPLY_SECONDS * SECONDS)
         expect(card.locator(".tool-name")).to_have_text("calculator")
         expect(card.locator(".tool-args")).to_contain_text('"expression"')
         expect(card.locator(".tool-result pre")).not_to_be_empty(timeout=REPLY_SECONDS * SECONDS)
         _reply_done(page)
-        assert _roles(page) == ["user", "assistant", "assistant"]
+        roles = _roles(page)  # one or two tool rounds (max depth 2), then the answer
+        assert roles[0] == "user" and set(roles[1:]) == {"assistant"} and len(roles) in (3, 4)
         answer = page.locator("#messages .msg-assistant").last
         expect(answer.locator(".tool-card")).to_have_count(0)
         expect(answer.locator(".msg-text")).not_to_be_empty()
@@ -305,7 +308,7 @@ def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
 
         result = card.locator(".tool-result pre").inner_text()
         page.reload()  # the card keeps its result; the panel keeps the tool settings
-        card = page.locator("#messages .tool-card").filter(has_text="calculator")
+        card = page.locator("#messages .tool-card").filter(has_text="calculator").first
         expect(card.locator(".tool-result pre")).to_have_text(result)
         panel = page.locator("details.chat-controls")
         panel.locator("summary").click()
