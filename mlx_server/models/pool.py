@@ -35,7 +35,7 @@ from mlx_server.models.detection import (
 )
 from mlx_server.models.prompt_cache import PromptCache
 from mlx_server.records import ModelCapabilities, ModelRecord
-from mlx_server.utils.memory import GB, active_memory_bytes, default_budget_bytes
+from mlx_server.utils.memory import GB, active_memory_bytes, default_budget_bytes, release_free_heap
 from mlx_server.utils.metal import run_on_metal_thread
 
 logger = logging.getLogger("mlx_server.pool")
@@ -134,6 +134,7 @@ def _load_text_model(spec: ModelSpec) -> LoadedModel:
 def _free_memory() -> None:
     gc.collect()
     mx.clear_cache()
+    release_free_heap()
 
 
 def _gb(size: int) -> str:

@@ -47,6 +47,10 @@ class ChatTurn:
             starts_in_thinking=opens_thinking(prompt, adapter.thinking_parser),
         )
         self._checker = ToolCallChecker(tools if tool_choice != "none" else None, strict=constrained_calls)
+        # Without tools a call-shaped reply cannot be a call: it is the model's text, kept as content.
+        self._no_tools = not tools or tool_choice == "none"
+        self._tool_parser = adapter.tool_parser
+        self._calls_as_text: list[str] = []
         self._constrained_calls = constrained_calls
         self._tool_choice = tool_choice
         self._logprobs = logprobs
@@ -66,6 +70,11 @@ class ChatTurn:
     def _choices(self, events: list[StreamEvent]) -> list[dict[str, Any]]:
         choices: list[dict[str, Any]] = []
         for event in events:
+            if event.kind == "tool_call" and event.tool_call is not None and self._no_tools:
+                text = self._tool_parser.render_calls([event.tool_call])
+                self._calls_as_text.append(text)
+                choices.append({"delta": {"content": text}, "logprobs": None, "finish_reason": None})
+                continue
             if event.kind == "tool_call" and event.tool_call is not None:
                 choices.extend(self._tool_call_deltas(event.tool_call))
                 continue
@@ -128,6 +137,8 @@ class ChatTurn:
         result = self._processor.result
         assert result is not None, "finish() first"
         text = result.content.strip() if (self.calls or result.reasoning is not None) else result.content
+        if self._calls_as_text:
+            text = "\n".join([text.rstrip(), *self._calls_as_text]).strip()
         message: dict[str, Any] = {"role": "assistant", "content": text if text or not self.calls else None}
         if result.reasoning is not None:
             message["reasoning_content"] = result.reasoning.strip()

@@ -3,6 +3,9 @@ the KV-cache arithmetic behind a model's practical context (the probe's `practic
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,3 +80,13 @@ def practical_max_tokens(
         return context
     fits = max(0, budget_bytes - weights_bytes) // per_token
     return min(fits, context) if context is not None else fits
+
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c")) if sys.platform.startswith("linux") else None
+
+
+def release_free_heap() -> None:
+    """Hand the C heap's free pages back to the OS (glibc's malloc_trim), so an unloaded model
+    shows in the process's RSS too; macOS's allocator returns them itself."""
+    if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
+        _LIBC.malloc_trim(0)

@@ -128,3 +128,25 @@ def test_the_checked_calls_are_typed_deduplicated_and_finish_with_tool_calls(smo
     plain, reason = _batch(smollm[1], OUTPUTS["no call"])
     assert plain == {"role": "assistant", "content": "The answer is 4.", "reasoning_content": "Easy."}
     assert reason == "stop"
+
+
+@pytest.mark.parametrize("tool_choice", [None, "none"])
+def test_without_tools_a_call_shaped_reply_stays_text(
+    smollm: tuple[Any, Any], tool_choice: str | None
+) -> None:
+    """No tool was offered (or tool_choice "none"): the model's call markup is its answer's text,
+    not a call, and it does not vanish."""
+    text = "Let me check.\n" + OUTPUTS["two calls around text"].split("\n", 1)[1]
+    adapter = create_adapter("qwen", smollm[1])
+    tools = TOOLS if tool_choice == "none" else None
+    turn = ChatTurn(adapter, prompt="", tools=tools, tool_choice=tool_choice, logprobs=False)
+    streamed = "".join(
+        choice["delta"].get("content", "")
+        for piece in (text[:20], text[20:])
+        for choice in turn.feed(piece, [])
+    ) + "".join(choice["delta"].get("content", "") for choice in turn.finish())
+    message = turn.message()
+    assert "tool_calls" not in message and turn.finish_reason("stop") == "stop"
+    assert '"name": "get_weather"' in message["content"] and '"name": "get_time"' in message["content"]
+    assert message["content"].startswith("Let me check.")
+    assert streamed.strip() == message["content"]
