@@ -7,13 +7,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 from sqlmodel import Session
 
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, utcnow
 from mlx_server.services.audit import audit_service
-from tests.browser.test_dashboard import CHROMIUM_ARGS
+from tests.browser.support import browse
 
 
 def _rows(model: str, count: int, start: int, prefix: str = "") -> list[AuditLog]:
@@ -42,15 +42,7 @@ def test_filter_load_more_details_and_live_tail(live_server: str, chromium: Path
         session.add_all(_rows("alpha", 60, start=100) + _rows("beta", 20, start=0))
         session.commit()
 
-    errors: list[str] = []
-    outside: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: None if req.url.startswith(live_server) else outside.append(req.url))
-
+    with browse(live_server, chromium) as page:
         page.goto(live_server + "/audit")
         expect(page.get_by_test_id("audit-total")).to_have_text("80")
         rows = page.locator("tr.audit-row")
@@ -84,7 +76,3 @@ def test_filter_load_more_details_and_live_tail(live_server: str, chromium: Path
         rows.first.get_by_role("link").click()
         expect(page.locator("tr.audit-detail-row")).to_contain_text("live-0")
         page.screenshot(path=str(tmp_path / "audit.png"), full_page=True)
-        browser.close()
-
-    assert errors == []
-    assert outside == []

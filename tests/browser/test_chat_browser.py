@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import ElementHandle, Locator, Page, expect, sync_playwright
+from playwright.sync_api import ElementHandle, Locator, Page, expect
 from sqlmodel import Session
 
 from mlx_manager.services.conversations import add_message, create_conversation
 from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord, ModelSource
-from tests.browser.test_dashboard import CHROMIUM_ARGS
-from tests.browser.test_dashboard_flows import SCREENSHOTS, SECONDS, VIEWPORT
+from tests.browser.support import SECONDS, browse, screenshot
 
 REPLY_SECONDS = 60  # the first reply also loads the model
 XSS_REPLY = 'Hi <script>window.__xss=1</script> <img src=x onerror="window.__xss=2">'
@@ -39,13 +35,6 @@ ROLES = """() => [...document.querySelectorAll('#messages .msg')]
   .map(m => m.classList.contains('msg-user') ? 'user' : 'assistant')"""
 
 
-@dataclass
-class Browsing:
-    page: Page
-    errors: list[str] = field(default_factory=list)
-    outside: list[str] = field(default_factory=list)
-
-
 @pytest.fixture
 def smol(live_server: str, smollm_dir: Path) -> str:
     """SmolLM2 registered as a local model in the live server's database."""
@@ -53,32 +42,6 @@ def smol(live_server: str, smollm_dir: Path) -> str:
         session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
         session.commit()
     return "smol"
-
-
-@contextmanager
-def _browse(live_server: str, chromium: Path) -> Iterator[Browsing]:
-    """A page on the live server; after the block, no console error and no outside request."""
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(10 * SECONDS)
-        browsing = Browsing(page)
-        page.on("console", lambda msg: browsing.errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: browsing.errors.append(str(exc)))
-        page.on(
-            "request",
-            lambda req: None if req.url.startswith(live_server) else browsing.outside.append(req.url),
-        )
-        yield browsing
-        browser.close()
-    assert browsing.errors == []
-    assert browsing.outside == []
-
-
-def _screenshot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.mouse.move(0, VIEWPORT["height"] - 1)
-    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
 
 
 def _new_chat(page: Page, live_server: str) -> None:
@@ -267,8 +230,7 @@ def _export_and_rename(page: Page, live_server: str) -> None:
 def test_a_reply_streams_stops_regenerates_resends_after_an_edit_and_survives_a_reload(
     live_server: str, smol: str, chromium: Path
 ) -> None:
-    with _browse(live_server, chromium) as browsing:
-        page = browsing.page
+    with browse(live_server, chromium) as page:
         _new_chat(page, live_server)
         _set_parameters(page, max_tokens=24)
         _stream_a_reply(page)
@@ -283,8 +245,7 @@ def test_a_reply_streams_stops_regenerates_resends_after_an_edit_and_survives_a_
 def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
     live_server: str, smol: str, chromium: Path
 ) -> None:
-    with _browse(live_server, chromium) as browsing:
-        page = browsing.page
+    with browse(live_server, chromium) as page:
         _new_chat(page, live_server)
         _set_parameters(page, max_tokens=40, calculator=True)
         _send(page, "What is 12 times 7?")
@@ -304,7 +265,7 @@ def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
         regenerate = page.get_by_role("button", name="Regenerate")
         expect(regenerate).to_have_count(1)  # on the last reply only, not on the tool round's
         expect(answer.get_by_role("button", name="Regenerate")).to_be_enabled()
-        _screenshot(page, "chat.png")
+        screenshot(page, "chat.png")
 
         result = card.locator(".tool-result pre").inner_text()
         page.reload()  # the card keeps its result; the panel keeps the tool settings
@@ -314,7 +275,7 @@ def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
         panel.locator("summary").click()
         expect(panel.get_by_role("checkbox", name=re.compile(r"^calculator"))).to_be_checked()
         expect(panel.get_by_label("Tool choice")).to_have_value("required")
-        _screenshot(page, "chat-tools.png")
+        screenshot(page, "chat-tools.png")
 
 
 @pytest.mark.browser
@@ -327,8 +288,7 @@ def test_a_reply_with_script_and_img_markup_is_shown_as_text(
         add_message(session, conversation, "assistant", XSS_REPLY)
         conversation_id = conversation.id
 
-    with _browse(live_server, chromium) as browsing:
-        page = browsing.page
+    with browse(live_server, chromium) as page:
         page.goto(f"{live_server}/chat/{conversation_id}")
         reply = page.locator("#messages .msg-assistant .msg-text")
         expect(reply).to_contain_text("<script>window.__xss=1</script>")

@@ -5,22 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
 from sqlmodel import Session
 
 from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord, ModelSource
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests.browser.support import browse
 
 
 @pytest.mark.browser
@@ -31,15 +20,7 @@ def test_dashboard_navigates_to_models_without_errors_or_outside_requests(
         session.add(ModelRecord(id="browser-model", source=ModelSource.LOCAL, path="/m", size_bytes=2**20))
         session.commit()
 
-    errors: list[str] = []
-    outside: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: None if req.url.startswith(live_server) else outside.append(req.url))
-
+    with browse(live_server, chromium) as page:
         page.goto(live_server + "/")
         assert page.title() == "Dashboard · MLX Manager"
         assert page.get_by_test_id("model-count").inner_text() == "1"
@@ -50,7 +31,3 @@ def test_dashboard_navigates_to_models_without_errors_or_outside_requests(
         assert page.get_by_role("cell", name="browser-model").is_visible()
         assert page.locator('nav a[aria-current="page"]').inner_text() == "Models"
         page.screenshot(path=str(tmp_path / "models.png"))
-        browser.close()
-
-    assert errors == []
-    assert outside == []

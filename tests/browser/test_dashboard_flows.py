@@ -11,16 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Dialog, Locator, Page, ViewportSize, expect, sync_playwright
+from playwright.sync_api import Dialog, Locator, Page, expect
 
-from tests.browser.test_dashboard import CHROMIUM_ARGS
+from tests.browser.support import SECONDS, browse, screenshot
 from tests.conftest import SMOLLM_REPO
 from tests.hub_server import HubServer
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-VIEWPORT: ViewportSize = {"width": 1280, "height": 900}
 MB = 1024 * 1024
-SECONDS = 1000  # Playwright timeouts are in milliseconds
 
 # A download row that is running and neither empty nor full: an intermediate progress update.
 INTERMEDIATE_PROGRESS = """repo => {
@@ -29,12 +26,6 @@ INTERMEDIATE_PROGRESS = """repo => {
   const value = row && row.querySelector('progress') ? row.querySelector('progress').value : 0;
   return value > 0 && value < 100 ? value : null;
 }"""
-
-
-def _screenshot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.mouse.move(0, VIEWPORT["height"] - 1)  # no hover state on the link just clicked
-    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
 
 
 def _nav(page: Page, name: str, path: str, live_server: str) -> None:
@@ -72,7 +63,7 @@ def _search_and_download(page: Page, hub: HubServer) -> None:
     expect(download.locator("progress")).to_have_attribute("value", "100.0")
     expect(download).to_contain_text(f"Registered as {SMOLLM_REPO}")
     expect(page.get_by_text("No downloads yet")).to_be_hidden()
-    _screenshot(page, "models.png")
+    screenshot(page, "models.png")
 
 
 def _watch_auto_probe(page: Page, live_server: str) -> None:
@@ -97,7 +88,7 @@ def _watch_auto_probe(page: Page, live_server: str) -> None:
     expect(page.get_by_text("Type / family")).to_be_visible()
     expect(page.get_by_test_id("practical-max-tokens")).to_have_text(re.compile(r"^\d+$"))
     expect(page.get_by_role("button", name="Re-probe")).to_be_enabled()
-    _screenshot(page, "model-detail.png")
+    screenshot(page, "model-detail.png")
 
 
 def _pin_unpin_unload(page: Page, live_server: str) -> None:
@@ -137,14 +128,14 @@ def _chat_then_audit(page: Page, live_server: str) -> None:
     detail = page.locator("tr.audit-detail-row")
     expect(detail).to_contain_text("max_tokens", timeout=5 * SECONDS)
     expect(detail).to_contain_text(SMOLLM_REPO)
-    _screenshot(page, "audit.png")
+    screenshot(page, "audit.png")
 
 
 def _server_unload_all(page: Page, live_server: str, dialogs: list[str]) -> None:
     _nav(page, "Server", "/server", live_server)
     expect(page.locator(f'tr.pool-row[data-model-id="{SMOLLM_REPO}"]')).to_be_visible()  # the chat loaded it
     expect(page.get_by_test_id("loaded-count")).to_contain_text("1 /")
-    _screenshot(page, "server.png")
+    screenshot(page, "server.png")
     _accept_next_dialog(page, dialogs)
     page.get_by_role("button", name="Unload all").click()
     expect(page.get_by_role("status")).to_have_text("Unloaded 1 model.", timeout=15 * SECONDS)
@@ -169,17 +160,8 @@ def _delete(page: Page, live_server: str, dialogs: list[str]) -> None:
 def test_user_downloads_probes_pins_audits_and_deletes_a_hub_model(
     hub: HubServer, hub_cache: Path, live_server: str, chromium: Path
 ) -> None:
-    errors: list[str] = []
-    outside: list[str] = []
     dialogs: list[str] = []
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
-        page.set_default_timeout(10 * SECONDS)
-        page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("request", lambda req: None if req.url.startswith(live_server) else outside.append(req.url))
-
+    with browse(live_server, chromium) as page:
         page.goto(live_server + "/")
         expect(page).to_have_title("Dashboard · MLX Manager")
         expect(page.get_by_test_id("model-count")).to_have_text("0")
@@ -196,13 +178,9 @@ def test_user_downloads_probes_pins_audits_and_deletes_a_hub_model(
         page.wait_for_url(live_server + "/")
         expect(page.get_by_test_id("model-count")).to_have_text("1")
         expect(page.get_by_text(SMOLLM_REPO)).to_be_visible()
-        _screenshot(page, "dashboard.png")
+        screenshot(page, "dashboard.png")
 
         _delete(page, live_server, dialogs)
         _nav(page, "Settings", "/settings", live_server)
         expect(page.get_by_role("heading", name="Settings", level=1)).to_be_visible()
-        _screenshot(page, "settings.png")
-        browser.close()
-
-    assert errors == []
-    assert outside == []
+        screenshot(page, "settings.png")
