@@ -30,8 +30,17 @@ from mlx_manager.services.conversations import (
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.pool import get_model_pool
+from mlx_server.services.events import (
+    Finish,
+    GenerationEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDone,
+    ToolCallRejected,
+)
 from mlx_server.services.generation import CompletionStats
-from mlx_server.services.inference import ChunkStream, generate_chat_completion
+from mlx_server.services.inference import generate_chat_completion
+from mlx_server.services.request import GenerationRequest
 
 Event = tuple[str, dict[str, Any]]
 
@@ -44,7 +53,8 @@ class RunningError(ValueError):
 class _Reply:
     content: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     finish_reason: str | None = None
     reasoning_started: float | None = None
     reasoning_ended: float | None = None
@@ -151,37 +161,34 @@ async def _one_reply(
     tools = options.tools()
     stats = CompletionStats()
     started = time.perf_counter()
+    request = GenerationRequest(
+        model=conversation.model_id,
+        params=options.generation_params(),
+        messages=messages,
+        tools=tools,
+        tool_choice=options.tool_choice if tools else None,
+        enable_thinking=options.enable_thinking,
+    )
     try:
-        stream = await generate_chat_completion(
-            conversation.model_id,
-            messages,
-            params=options.generation_params(),
-            tools=tools,
-            tool_choice=options.tool_choice if tools else None,
-            enable_thinking=options.enable_thinking,
-            stream=True,
-            stats=stats,
-        )
+        stream = await generate_chat_completion(request, stats)
     except APIError as exc:
         yield "error", {"message": exc.message}
         return
-    assert isinstance(stream, ChunkStream)
     yield "assistant_start", {}
     reply = _Reply()
     try:
-        async with aclosing(stream.__aiter__()) as chunks:
-            async for chunk in chunks:
+        async with aclosing(stream.__aiter__()) as events:
+            async for event in events:
                 if cancel.is_set():
                     break
-                for event in _chunk_events(chunk, reply):
-                    yield event
-    except Exception as exc:  # after the first chunk: keep what was generated, say what broke
+                for ui_event in _ui_events(event, reply):
+                    yield ui_event
+    except Exception as exc:  # after the first event: keep what was generated, say what broke
         yield "error", {"message": f"Generation failed: {exc}"}
-    rejected = [(call.model_dump(), reason) for call, reason in stream.rejected_calls]
-    message = _save_reply(session, conversation, reply, rejected, stats, started, cancelled=cancel.is_set())
+    message = _save_reply(session, conversation, reply, stats, started, cancelled=cancel.is_set())
     yield "stats", dict(message.stats or {})
     yield "assistant_saved", {"message": message}
-    for call, reason in rejected:
+    for call, reason in reply.rejected:
         result = add_message(
             session,
             conversation,
@@ -192,44 +199,38 @@ async def _one_reply(
         yield "tool_result", {"message": result, "is_error": True}
 
 
-def _chunk_events(chunk: dict[str, Any], reply: _Reply) -> list[Event]:
-    events: list[Event] = []
-    for choice in chunk["choices"]:
-        delta = choice["delta"]
-        if text := delta.get("reasoning_content"):
+def _ui_events(event: GenerationEvent, reply: _Reply) -> list[Event]:
+    """The playground's rendering of one pipeline event (and what the saved reply keeps)."""
+    match event:
+        case ReasoningDelta(text=text) if text:
             reply.reasoning_started = reply.reasoning_started or time.perf_counter()
             reply.reasoning.append(text)
-            events.append(("reasoning", {"text": text}))
-        if text := delta.get("content"):
+            return [("reasoning", {"text": text})]
+        case TextDelta(text=text) if text:
             if reply.reasoning and reply.reasoning_ended is None:
                 reply.reasoning_ended = time.perf_counter()
             reply.content.append(text)
-            events.append(("content", {"text": text}))
-        for part in delta.get("tool_calls") or []:
-            call = reply.calls.setdefault(
-                part["index"], {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-            )
-            if part.get("id"):
-                call["id"], call["function"]["name"] = part["id"], part["function"]["name"]
-            arguments = (part.get("function") or {}).get("arguments")
-            if arguments:
-                call["function"]["arguments"] += arguments
-                events.append(("tool_call", dict(call)))
-        reply.finish_reason = choice.get("finish_reason") or reply.finish_reason
-    return events
+            return [("content", {"text": text})]
+        case ToolCallDone(call=call):
+            reply.calls.append(call.model_dump())
+            return [("tool_call", call.model_dump())]
+        case ToolCallRejected(call=call, reason=reason):
+            reply.rejected.append((call.model_dump(), reason))
+        case Finish(reason=reason):
+            reply.finish_reason = reason
+    return []
 
 
 def _save_reply(
     session: Session,
     conversation: Conversation,
     reply: _Reply,
-    rejected: list[tuple[dict[str, Any], str]],
     stats: CompletionStats,
     started: float,
     *,
     cancelled: bool,
 ) -> ChatMessage:
-    calls = [reply.calls[i] for i in sorted(reply.calls)] + [call for call, _ in rejected]
+    calls = reply.calls + [call for call, _ in reply.rejected]
     reasoning = "".join(reply.reasoning).strip() or None
     content = "".join(reply.content)
     if calls or reasoning:

@@ -1,26 +1,32 @@
 """One assistant turn: the model's text routed into content, reasoning and checked tool calls,
-as OpenAI deltas while streaming and as the final message."""
+as the pipeline's typed events."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mlx_server.models.adapters import ModelAdapter
-from mlx_server.parsers.base import ThinkingParser
+from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.schemas.openai import ToolCall
-from mlx_server.services import openai_format as fmt
-from mlx_server.services.generation import TokenLogprob
+from mlx_server.services.events import (
+    FinishReason,
+    GenerationEvent,
+    Notice,
+    ReasoningDelta,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    ToolCallDone,
+    ToolCallRejected,
+    ToolCallStarted,
+)
+from mlx_server.services.request import ToolChoice
 from mlx_server.services.streaming import StreamEvent, StreamingProcessor
+from mlx_server.services.structured_output import OutputFormat, output_problem
 from mlx_server.services.tool_calls import ToolCallChecker
 
 
-def opens_thinking(prompt: str, parser: ThinkingParser) -> bool:
-    """Whether the chat template already opened a reasoning block (the reply starts inside it)."""
-    tail = prompt.rstrip()
-    return any(start.strip() and tail.endswith(start.strip()) for start, _ in parser.stream_markers)
-
-
-def forced_tool(tool_choice: str | dict[str, Any] | None) -> str | None:
+def forced_tool(tool_choice: ToolChoice) -> str | None:
     """The function a named tool_choice requires, if any."""
     if isinstance(tool_choice, dict):
         function = tool_choice.get("function")
@@ -30,14 +36,18 @@ def forced_tool(tool_choice: str | dict[str, Any] | None) -> str | None:
 
 
 class ChatTurn:
+    """Per-request state between the generated text and the events: the StreamingProcessor
+    splits the text, the ToolCallChecker admits calls, and the turn keeps what the end of the
+    reply needs (the calls made, the text for the output-format check)."""
+
     def __init__(
         self,
         adapter: ModelAdapter,
         *,
         prompt: str,
         tools: list[dict[str, Any]] | None,
-        tool_choice: str | dict[str, Any] | None,
-        logprobs: bool,
+        tool_choice: ToolChoice,
+        output_format: OutputFormat | None = None,
         constrained_calls: bool = False,
     ) -> None:
         self._processor = StreamingProcessor(
@@ -50,69 +60,25 @@ class ChatTurn:
         # Without tools a call-shaped reply cannot be a call: it is the model's text, kept as content.
         self._no_tools = not tools or tool_choice == "none"
         self._tool_parser = adapter.tool_parser
-        self._calls_as_text: list[str] = []
         self._constrained_calls = constrained_calls
         self._tool_choice = tool_choice
-        self._logprobs = logprobs
+        self._output_format = output_format
         self._pending: list[TokenLogprob] = []
+        self._text: list[str] = []
         self.calls: list[ToolCall] = []
 
-    # --- Streaming ---
-
-    def feed(self, text: str, logprobs: list[TokenLogprob]) -> list[dict[str, Any]]:
-        """Choice dicts (delta + logprobs) for one piece of generated text."""
+    def feed(self, text: str, logprobs: list[TokenLogprob]) -> list[GenerationEvent]:
+        """The events one piece of generated text completes."""
         self._pending.extend(logprobs)
-        return self._choices(self._processor.feed(text))
+        return self._events(self._processor.feed(text))
 
-    def finish(self) -> list[dict[str, Any]]:
-        return self._choices(self._processor.finish())
-
-    def _choices(self, events: list[StreamEvent]) -> list[dict[str, Any]]:
-        choices: list[dict[str, Any]] = []
-        for event in events:
-            if event.kind == "tool_call" and event.tool_call is not None and self._no_tools:
-                text = self._tool_parser.render_calls([event.tool_call])
-                self._calls_as_text.append(text)
-                choices.append({"delta": {"content": text}, "logprobs": None, "finish_reason": None})
-                continue
-            if event.kind == "tool_call" and event.tool_call is not None:
-                choices.extend(self._tool_call_deltas(event.tool_call))
-                continue
-            key = "content" if event.kind == "content" else "reasoning_content"
-            choices.append(
-                {"delta": {key: event.text}, "logprobs": self._take_logprobs(), "finish_reason": None}
-            )
-        return choices
-
-    def _take_logprobs(self) -> dict[str, Any] | None:
-        if not self._logprobs or not self._pending:
-            return None
-        pending, self._pending = self._pending, []
-        return fmt.chat_logprobs(pending)
-
-    def _tool_call_deltas(self, call: ToolCall) -> list[dict[str, Any]]:
-        """OpenAI's shape: id, type and name first (empty arguments), then the arguments."""
-        checked = self._checker.check(call)
-        if checked is None:
-            return []
-        index = len(self.calls)
-        self.calls.append(checked)
-        head = {
-            "index": index,
-            "id": checked.id,
-            "type": "function",
-            "function": {"name": checked.function.name, "arguments": ""},
-        }
-        body = {"index": index, "function": {"arguments": checked.function.arguments}}
-        return [
-            {"delta": {"tool_calls": [head]}, "logprobs": None, "finish_reason": None},
-            {"delta": {"tool_calls": [body]}, "logprobs": None, "finish_reason": None},
-        ]
-
-    @property
-    def rejected_calls(self) -> list[tuple[ToolCall, str]]:
-        """Calls the model wrote that were dropped (undeclared tool, arguments not JSON), with why."""
-        return self._checker.rejected_calls
+    def finish(self, generation_reason: FinishReason | None) -> list[GenerationEvent]:
+        """What is left at the end of the text, the notices, and the finish reason."""
+        events = self._events(self._processor.finish())
+        if self._pending:  # tokens of call markup: no text of their own, their logprobs still count
+            events.append(TextDelta("", tuple(self._take_logprobs())))
+        events.extend(Notice(message) for message in self._notices(generation_reason))
+        return events
 
     @property
     def done(self) -> bool:
@@ -120,28 +86,57 @@ class ChatTurn:
         it already made (small models loop), so the turn is complete."""
         return self._constrained_calls and self._checker.repeated
 
-    # --- The end of the turn ---
+    def finish_reason(self, generation_reason: FinishReason | None) -> FinishReason:
+        return "tool_calls" if self.calls else generation_reason or "stop"
 
-    def finish_reason(self, generation_reason: str | None) -> str | None:
-        return "tool_calls" if self.calls else generation_reason
+    def _events(self, parts: list[StreamEvent]) -> list[GenerationEvent]:
+        events: list[GenerationEvent] = []
+        for part in parts:
+            if part.kind == "tool_call" and part.tool_call is not None:
+                events.extend(self._call_events(part.tool_call))
+            elif part.kind == "content":
+                self._text.append(part.text)
+                events.append(TextDelta(part.text, tuple(self._take_logprobs())))
+            else:
+                events.append(ReasoningDelta(part.text))
+        return events
 
-    def warnings(self) -> list[str]:
+    def _take_logprobs(self) -> list[TokenLogprob]:
+        pending, self._pending = self._pending, []
+        return pending
+
+    def _call_events(self, call: ToolCall) -> list[GenerationEvent]:
+        """Started (id, name), the arguments, done; or the call as text when no tools were
+        offered; or nothing but the rejection when the call is not a valid one."""
+        if self._no_tools:
+            text = self._tool_parser.render_calls([call])
+            self._text.append(text)
+            return [TextDelta(text, tuple(self._take_logprobs()))]
+        rejected_before = len(self._checker.rejected_calls)
+        checked = self._checker.check(call)
+        if checked is None:
+            return [ToolCallRejected(c, why) for c, why in self._checker.rejected_calls[rejected_before:]]
+        index = len(self.calls)
+        self.calls.append(checked)
+        return [
+            ToolCallStarted(index, checked.id, checked.function.name),
+            ToolCallDelta(index, checked.function.arguments),
+            ToolCallDone(index, checked),
+        ]
+
+    def _notices(self, generation_reason: FinishReason | None) -> list[str]:
         """What the client asked for but the model did not do (never papered over with a fake call)."""
         required = self._tool_choice == "required" or forced_tool(self._tool_choice) is not None
         if required and not self.calls:
             reasons = "; ".join(self._checker.rejected) or "the reply contains no tool call"
             return [f"tool_choice required a tool call, but the model made none ({reasons})"]
+        if self._output_format is not None and not self.calls:
+            problem = output_problem("".join(self._text).strip(), self._output_format)
+            if problem is not None:
+                cause = (
+                    "max_tokens ran out first; raise it"
+                    if generation_reason == "length"
+                    else "please report this"
+                )
+                return [f"{problem} ({cause})"]
         return []
-
-    def message(self) -> dict[str, Any]:
-        result = self._processor.result
-        assert result is not None, "finish() first"
-        text = result.content.strip() if (self.calls or result.reasoning is not None) else result.content
-        if self._calls_as_text:
-            text = "\n".join([text.rstrip(), *self._calls_as_text]).strip()
-        message: dict[str, Any] = {"role": "assistant", "content": text if text or not self.calls else None}
-        if result.reasoning is not None:
-            message["reasoning_content"] = result.reasoning.strip()
-        if self.calls:
-            message["tool_calls"] = [call.model_dump() for call in self.calls]
-        return message

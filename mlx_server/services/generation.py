@@ -20,6 +20,7 @@ from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.pool import LoadedModel
 from mlx_server.services.constraints import GrammarProcessor
+from mlx_server.services.events import FinishReason, TokenLogprob, Usage
 from mlx_server.services.sampling import SamplingParams, make_processors, make_sampler
 from mlx_server.services.stop_strings import StopStringFilter
 from mlx_server.utils.metal import stream_on_metal_thread
@@ -66,19 +67,24 @@ class CompletionStats:
         steps = self.completion_tokens - 1
         return steps / self.decode_s if steps > 0 and self.decode_s > 0 else None
 
+    def usage(self) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            ttft_s=self.ttft_s,
+            decode_tokens_per_s=self.decode_tokens_per_s,
+        )
+
 
 @dataclass(frozen=True)
-class TokenLogprob:
-    token: str
-    logprob: float
-    top: list[tuple[str, float]]
+class GeneratedText:
+    """Text the token loop produced (stop strings already held back); the last one carries the
+    finish reason."""
 
-
-@dataclass(frozen=True)
-class TextDelta:
     text: str
     logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
 
 
 class _UntrimmedBPEDetokenizer(BPEStreamingDetokenizer):  # type: ignore[misc]  # mlx-lm is untyped
@@ -102,7 +108,7 @@ def _detokenizer(tokenizer: object, continuation: bool) -> object:
 class _Step:
     text: str
     logprob: TokenLogprob | None
-    finish_reason: str | None
+    finish_reason: FinishReason | None
 
 
 class Admission:
@@ -203,8 +209,8 @@ async def generate_text(
     max_tokens: int,
     stats: CompletionStats,
     constraint: GrammarProcessor | None = None,
-) -> AsyncGenerator[TextDelta, None]:
-    """Text deltas of one generation; the last one carries the finish reason.
+) -> AsyncGenerator[GeneratedText, None]:
+    """The text of one generation, piece by piece; the last piece carries the finish reason.
 
     Stop strings never reach the caller, even split across tokens: text that could still
     become one is held back until it cannot.
@@ -228,13 +234,13 @@ async def generate_text(
             if stop_filter.stopped:
                 stats.finish_reason = "stop"
                 stats.stop_sequence = stop_filter.matched
-                yield TextDelta(text, logprobs, "stop")
+                yield GeneratedText(text, logprobs, "stop")
                 return
             if step.finish_reason is not None:
                 stats.finish_reason = step.finish_reason
-                yield TextDelta(text + stop_filter.flush(), logprobs, step.finish_reason)
+                yield GeneratedText(text + stop_filter.flush(), logprobs, step.finish_reason)
                 return
             if text or logprobs:
-                yield TextDelta(text, logprobs)
+                yield GeneratedText(text, logprobs)
     finally:
         await steps.aclose()

@@ -1,9 +1,10 @@
 """The single inference pipeline (blueprint §4.1, §10.4): every protocol ends up here.
 
-`generate_chat_completion()` takes OpenAI-format message dicts (every field kept) and returns
-an OpenAI response dict, or a `ChunkStream` of OpenAI chunks. Everything that can fail on the
-request (unknown model, overload, a template that rejects the messages, a prompt longer than
-the context) fails before the first chunk, so clients get a proper status code.
+`generate_chat_completion()` takes one typed `GenerationRequest` and returns an `EventStream`
+of the typed events in `services/events.py`; each protocol renders them (OpenAI, Anthropic,
+the playground). Everything that can fail on the request (unknown model, overload, a template
+that rejects the messages, a prompt longer than the context, a bad grammar) fails before the
+stream is returned, so clients get a proper status code.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import ChatTemplateError
 from mlx_server.models.pool import LoadedModel, get_model_pool
-from mlx_server.schemas.openai import ToolCall
-from mlx_server.services import openai_format as fmt
 from mlx_server.services.chat_turn import ChatTurn, forced_tool
 from mlx_server.services.constraints import (
     GrammarProcessor,
@@ -27,54 +27,48 @@ from mlx_server.services.constraints import (
     special_tokens_of,
     specialize,
 )
+from mlx_server.services.events import Finish, FinishReason, GenerationEvent, Reply
 from mlx_server.services.generation import (
     CompletionStats,
+    GeneratedText,
     GenerationParams,
-    TextDelta,
-    TokenLogprob,
     admission,
     generate_text,
 )
 from mlx_server.services.generation_defaults import default_max_tokens
-from mlx_server.services.structured_output import OutputFormat, output_problem
+from mlx_server.services.request import GenerationRequest, ToolChoice
 
 logger = logging.getLogger("mlx_server.inference")
 
 CONSTRAINED_REPETITION_PENALTY = 1.1
 
 
-class ChunkStream:
-    """A stream of response chunks that holds its model lease and admission slot until it ends.
+class EventStream:
+    """The events of one generation; holds its model lease and admission slot until it ends.
 
     Released exactly once: when iteration ends, fails or is abandoned, or, for a stream that
     was never iterated (a client gone before the response started), when it is collected.
     """
 
-    def __init__(
-        self,
-        chunks: AsyncGenerator[dict[str, Any], None],
-        release: Callable[[], None],
-        turn: ChatTurn | None = None,
-    ) -> None:
-        self._chunks = chunks
+    def __init__(self, events: AsyncGenerator[GenerationEvent, None], release: Callable[[], None]) -> None:
+        self._events = events
         self._release: Callable[[], None] | None = release
-        self._turn = turn
 
-    @property
-    def rejected_calls(self) -> list[tuple[ToolCall, str]]:
-        """Tool calls dropped so far (an agent loop in this process feeds them back)."""
-        return self._turn.rejected_calls if self._turn is not None else []
-
-    def __aiter__(self) -> AsyncGenerator[dict[str, Any], None]:
+    def __aiter__(self) -> AsyncGenerator[GenerationEvent, None]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncGenerator[dict[str, Any], None]:
+    async def _iterate(self) -> AsyncGenerator[GenerationEvent, None]:
         try:
-            async for chunk in self._chunks:
-                yield chunk
+            async for event in self._events:
+                yield event
         finally:
-            await self._chunks.aclose()
+            await self._events.aclose()
             self.release()
+
+    async def collect(self) -> Reply:
+        """The whole reply (a non-streamed response)."""
+        async with aclosing(self._iterate()) as events:
+            return await Reply.collect(events)
 
     def release(self) -> None:
         release, self._release = self._release, None
@@ -111,25 +105,24 @@ def encode(loaded: LoadedModel, text: str) -> list[int]:
 
 
 def _chat_prompt(
-    loaded: LoadedModel,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    enable_thinking: bool | None,
-    instruction: str | None = None,
-) -> str:
+    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+) -> tuple[str, list[int]]:
+    """The prompt text through the model's chat template, and its tokens."""
+    assert request.messages is not None, "a chat request"
     adapter = loaded.adapter
+    instruction = _tool_choice_instruction(request.tool_choice) if tools else None
     try:
-        converted = adapter.convert_messages(messages)  # content is plain text from here on
+        converted = adapter.convert_messages(request.messages)  # content is plain text from here on
         if tools and not adapter.supports_native_tools():
             converted = adapter.add_system_text(converted, adapter.format_tools_for_prompt(tools))
             tools = None
         if instruction is not None:
             converted = adapter.add_system_text(converted, instruction)
-        text = adapter.apply_chat_template(converted, tools=tools, enable_thinking=enable_thinking)
+        text = adapter.apply_chat_template(converted, tools=tools, enable_thinking=request.enable_thinking)
     except ChatTemplateError as exc:
         raise APIError(400, str(exc), param="messages") from exc
     logger.debug("prompt for %s:\n%s", loaded.model_id, text)
-    return text
+    return text, encode(loaded, text)
 
 
 def max_tokens_for(
@@ -181,7 +174,7 @@ def check_logit_bias(loaded: LoadedModel, params: GenerationParams) -> None:
         )
 
 
-def _tool_choice_instruction(tool_choice: str | dict[str, Any] | None) -> str | None:
+def _tool_choice_instruction(tool_choice: ToolChoice) -> str | None:
     """Without constrained decoding, a required call is asked for in words; the reply is checked."""
     name = forced_tool(tool_choice)
     if name is not None:
@@ -192,7 +185,7 @@ def _tool_choice_instruction(tool_choice: str | dict[str, Any] | None) -> str | 
 
 
 def _request_tools(
-    tools: list[dict[str, Any]] | None, tool_choice: str | dict[str, Any] | None
+    tools: list[dict[str, Any]] | None, tool_choice: ToolChoice
 ) -> list[dict[str, Any]] | None:
     """The tools the model is shown: none for tool_choice "none", only the named one when forced."""
     if not tools or tool_choice == "none":
@@ -207,126 +200,103 @@ def _request_tools(
 
 
 async def generate_chat_completion(
-    model_id: str,
-    messages: list[dict[str, Any]],
-    *,
-    params: GenerationParams,
-    tools: list[dict[str, Any]] | None = None,
-    tool_choice: str | dict[str, Any] | None = None,
-    parallel_tool_calls: bool = True,
-    output_format: OutputFormat | None = None,
-    enable_thinking: bool | None = None,
-    stream: bool = False,
-    include_usage: bool = False,
-    stats: CompletionStats | None = None,
-) -> dict[str, Any] | ChunkStream:
-    """Chat completion through the model's adapter; `stats` (if given) is filled as it runs.
+    request: GenerationRequest, stats: CompletionStats | None = None
+) -> EventStream:
+    """A chat reply as events (content, reasoning, checked tool calls, finish, usage); `stats`
+    (if given) is filled as it runs.
 
-    The reply is split into content, reasoning (`reasoning_content`) and tool calls checked
-    against `tools` by one StreamingProcessor, streamed or not. A required or named tool call
-    is constrained to the model's own call format with schema-valid arguments (when its parser
+    One StreamingProcessor splits the reply, streamed or not. A required or named tool call is
+    constrained to the model's own call format with schema-valid arguments (when its parser
     provides a grammar), and `output_format` constrains the reply to JSON (schema).
     """
     stats = stats if stats is not None else CompletionStats()
-    shown_tools = _request_tools(tools, tool_choice)
-    instruction = _tool_choice_instruction(tool_choice) if shown_tools else None
-    loaded, release = await open_model(model_id)
+    shown_tools = _request_tools(request.tools, request.tool_choice)
+    loaded, release = await open_model(request.model)
     try:
-        prompt_text = _chat_prompt(loaded, messages, shown_tools, enable_thinking, instruction)
-        prompt = encode(loaded, prompt_text)
+        prompt_text, prompt = _chat_prompt(loaded, request, shown_tools)
         max_tokens = max_tokens_for(
-            loaded, len(prompt), params.max_tokens, "messages", ceiling=params.max_tokens_is_ceiling
+            loaded,
+            len(prompt),
+            request.params.max_tokens,
+            "messages",
+            ceiling=request.params.max_tokens_is_ceiling,
         )
-        stats.prompt_tokens = len(prompt)  # known before the first chunk (Anthropic's message_start)
-        check_logit_bias(loaded, params)
-        constraint, constrained_calls = await _constraint(
-            loaded, shown_tools, tool_choice, parallel_tool_calls, output_format, max_tokens
-        )
+        stats.prompt_tokens = len(prompt)  # known before the first event (Anthropic's message_start)
+        check_logit_bias(loaded, request.params)
+        constraint, constrained_calls = await _constraint(loaded, request, shown_tools, max_tokens)
     except BaseException:
         release()
         raise
-    if constraint is not None and params.sampling.repetition_penalty is None:
-        # Inside a grammar a small model's greedy loops ("1000000…", a phrase again and again in
-        # an unbounded string) run to max_tokens and leave invalid JSON; a mild penalty, as
-        # llama.cpp and LM Studio apply by default, breaks them. A request's own value wins.
-        params = replace(
-            params, sampling=replace(params.sampling, repetition_penalty=CONSTRAINED_REPETITION_PENALTY)
-        )
     turn = ChatTurn(
         loaded.adapter,
         prompt=prompt_text,
         tools=shown_tools,
-        tool_choice=tool_choice,
-        logprobs=params.top_logprobs is not None,
+        tool_choice=request.tool_choice,
+        output_format=request.output_format,
         constrained_calls=constrained_calls,
     )
-    deltas = generate_text(loaded, prompt, params, max_tokens, stats, constraint)
-    if stream:
-        chunks = fmt.ChunkFactory(model_id, chat=True, include_usage=include_usage)
-        return ChunkStream(_chat_chunks(deltas, chunks, stats, turn), release, turn)
-    logprobs: list[TokenLogprob] = []
-    finish_reason: str | None = None
+    params = _under_grammar(request.params) if constraint is not None else request.params
+    pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint)
+    return EventStream(_chat_events(pieces, turn, stats), release)
+
+
+async def _chat_events(
+    pieces: AsyncGenerator[GeneratedText, None], turn: ChatTurn, stats: CompletionStats
+) -> AsyncGenerator[GenerationEvent, None]:
+    reason: FinishReason | None = None
     try:
-        async for delta in deltas:
-            turn.feed(delta.text, [])
-            logprobs.extend(delta.logprobs)
-            finish_reason = delta.finish_reason or finish_reason
+        async for piece in pieces:
+            for event in turn.feed(piece.text, piece.logprobs):
+                yield event
+            reason = piece.finish_reason or reason
             if turn.done:
                 break
     finally:
-        await deltas.aclose()
-        release()
-    turn.finish()
-    message = turn.message()
-    warnings = turn.warnings()
-    if output_format is not None and not turn.calls:
-        problem = output_problem(message["content"] or "", output_format)
-        if problem is not None:
-            cause = (
-                "max_tokens ran out first; raise it" if finish_reason == "length" else "please report this"
-            )
-            warnings.append(f"{problem} ({cause})")
-    wanted = logprobs if params.top_logprobs is not None else None
-    return fmt.chat_completion(model_id, message, turn.finish_reason(finish_reason), wanted, stats, warnings)
+        await pieces.aclose()
+    for event in turn.finish(reason):
+        yield event
+    finish = turn.finish_reason(reason)
+    yield Finish(finish, stats.stop_sequence if finish == "stop" else None)
+    yield stats.usage()
 
 
-async def count_chat_tokens(
-    model_id: str,
-    messages: list[dict[str, Any]],
-    *,
-    tools: list[dict[str, Any]] | None = None,
-    tool_choice: str | dict[str, Any] | None = None,
-    enable_thinking: bool | None = None,
-) -> int:
+def _under_grammar(params: GenerationParams) -> GenerationParams:
+    """Inside a grammar a small model's greedy loops ("1000000…", a phrase again and again in an
+    unbounded string) run to max_tokens and leave invalid JSON; a mild repetition penalty, as
+    llama.cpp and LM Studio apply by default, breaks them. A request's own value wins."""
+    if params.sampling.repetition_penalty is not None:
+        return params
+    return replace(
+        params, sampling=replace(params.sampling, repetition_penalty=CONSTRAINED_REPETITION_PENALTY)
+    )
+
+
+async def count_chat_tokens(request: GenerationRequest) -> int:
     """Prompt tokens the same request would use: the real chat template and tokenizer."""
-    shown_tools = _request_tools(tools, tool_choice)
-    instruction = _tool_choice_instruction(tool_choice) if shown_tools else None
-    loaded, release = await open_model(model_id)
+    shown_tools = _request_tools(request.tools, request.tool_choice)
+    loaded, release = await open_model(request.model)
     try:
-        return len(encode(loaded, _chat_prompt(loaded, messages, shown_tools, enable_thinking, instruction)))
+        return len(_chat_prompt(loaded, request, shown_tools)[1])
     finally:
         release()
 
 
 async def _constraint(
-    loaded: LoadedModel,
-    tools: list[dict[str, Any]] | None,
-    tool_choice: str | dict[str, Any] | None,
-    parallel: bool,
-    output_format: OutputFormat | None,
-    max_tokens: int,
+    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None, max_tokens: int
 ) -> tuple[GrammarProcessor | None, bool]:
     """The grammar this request generates under, if any: forced tool calls first, then JSON;
     and whether it is a tool-call grammar."""
     grammar, param = None, ""
-    named = forced_tool(tool_choice) is not None
-    if tools and (tool_choice == "required" or named):
-        lark = loaded.adapter.tool_parser.call_grammar(tools, parallel=parallel and not named)
+    named = forced_tool(request.tool_choice) is not None
+    if tools and (request.tool_choice == "required" or named):
+        parallel = request.parallel_tool_calls and not named
+        lark = loaded.adapter.tool_parser.call_grammar(tools, parallel=parallel)
         if lark is None:
             logger.info("%s's tool format cannot be constrained; asking in words", loaded.model_id)
         else:
             hf_tokenizer = getattr(loaded.tokenizer, "_tokenizer", loaded.tokenizer)
             grammar, param = lark_grammar(specialize(lark, special_tokens_of(hf_tokenizer))), "tools"
+    output_format = request.output_format
     if grammar is None and output_format is not None:
         grammar, param = output_format.grammar, output_format.param
     if grammar is None:
@@ -337,31 +307,3 @@ async def _constraint(
     matcher = await build_matcher(tokenizer, grammar, param)
     processor = GrammarProcessor(matcher, tokenizer=tokenizer, max_tokens=max_tokens, closers=closers)
     return processor, param == "tools"
-
-
-async def _chat_chunks(
-    deltas: AsyncGenerator[TextDelta, None], chunks: fmt.ChunkFactory, stats: CompletionStats, turn: ChatTurn
-) -> AsyncGenerator[dict[str, Any], None]:
-    yield chunks.chunk(
-        {"delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-    )
-    finish_reason: str | None = None
-    try:
-        async for delta in deltas:
-            for choice in turn.feed(delta.text, delta.logprobs):
-                yield chunks.chunk(choice)
-            finish_reason = delta.finish_reason or finish_reason
-            if turn.done:
-                break
-    finally:
-        await deltas.aclose()
-    for choice in turn.finish():
-        yield chunks.chunk(choice)
-    final: dict[str, Any] = {
-        "delta": {},
-        "logprobs": None,
-        "finish_reason": turn.finish_reason(finish_reason),
-    }
-    yield chunks.chunk(final)
-    if chunks.include_usage:
-        yield chunks.usage_chunk(stats)

@@ -1,18 +1,15 @@
-"""Anthropic Messages <-> the pipeline's OpenAI-format dicts (blueprint §9).
+"""Anthropic Messages requests -> the pipeline's `GenerationRequest` (blueprint §9).
 
-One inference pipeline serves both protocols: `anthropic_to_internal()` turns a Messages
-request into the message dicts, tools and choices `generate_chat_completion()` takes, and the
-result (a response dict, or its chunk stream) is turned back into Anthropic's shapes. Ids
-survive the round trip: a `tool_use` id becomes the OpenAI call id, and a `tool_result`
-becomes a `role: tool` message with that id.
+One inference pipeline serves every protocol: `anthropic_to_internal()` turns a Messages
+request into the typed request `generate_chat_completion()` takes (messages in the OpenAI
+format the chat templates read); `anthropic_render` renders the pipeline's events back. Ids
+survive the round trip: a `tool_use` id becomes the call id, and a `tool_result` becomes a
+`role: tool` message with that id.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterable, AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from mlx_server.errors import APIError
@@ -27,25 +24,9 @@ from mlx_server.schemas.anthropic import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlx_server.services.generation import CompletionStats, GenerationParams
+from mlx_server.services.generation import GenerationParams
+from mlx_server.services.request import GenerationRequest, ToolChoice
 from mlx_server.services.sampling import SamplingParams
-
-Event = tuple[str, dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class InternalChat:
-    """A chat request as the pipeline takes it, whichever protocol it came in."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    tool_choice: str | dict[str, Any] | None
-    parallel_tool_calls: bool
-    enable_thinking: bool | None
-
-
-def new_message_id() -> str:
-    return f"msg_{uuid.uuid4().hex[:24]}"
 
 
 class ProtocolTranslator:
@@ -53,7 +34,9 @@ class ProtocolTranslator:
 
     # --- Requests ---
 
-    def anthropic_to_internal(self, request: MessagesInput) -> InternalChat:
+    def anthropic_to_internal(self, request: MessagesInput, model: str) -> GenerationRequest:
+        """The pipeline's request for `model` (the local id the request's model resolved to);
+        a token count (no max_tokens, no sampling) gets default generation parameters."""
         system = _system_text(request)
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         for index, message in enumerate(request.messages):
@@ -67,7 +50,12 @@ class ProtocolTranslator:
             raise APIError(
                 400, f'tool_choice "{choice.type}" requires tools, but none were given.', param="tool_choice"
             )
-        return InternalChat(
+        params = (
+            self.generation_params(request) if isinstance(request, MessagesRequest) else GenerationParams()
+        )
+        return GenerationRequest(
+            model=model,
+            params=params,
             messages=messages,
             tools=tools,
             tool_choice=_tool_choice(request),
@@ -94,160 +82,6 @@ class ProtocolTranslator:
                 top_k=request.top_k or 0,
             ),
         )
-
-    # --- Responses ---
-
-    def internal_to_anthropic_response(
-        self, result: dict[str, Any], stats: CompletionStats
-    ) -> dict[str, Any]:
-        choice = result["choices"][0]
-        message = choice["message"]
-        content: list[dict[str, Any]] = []
-        if message.get("reasoning_content"):
-            content.append({"type": "thinking", "thinking": message["reasoning_content"], "signature": ""})
-        if message.get("content"):
-            content.append({"type": "text", "text": message["content"]})
-        for call in message.get("tool_calls") or []:
-            function = call["function"]
-            content.append(
-                {"type": "tool_use", "id": call["id"], "name": function["name"], "input": _input(function)}
-            )
-        stop_reason, stop_sequence = stop_reason_of(choice["finish_reason"], stats)
-        body: dict[str, Any] = {
-            "id": new_message_id(),
-            "type": "message",
-            "role": "assistant",
-            "model": result["model"],
-            "content": content,
-            "stop_reason": stop_reason,
-            "stop_sequence": stop_sequence,
-            "usage": usage(stats),
-        }
-        if result.get("warnings"):
-            body["warnings"] = result["warnings"]  # not Anthropic's; SDKs ignore it, logs show it
-        return body
-
-    def anthropic_events(
-        self, chunks: AsyncIterable[dict[str, Any]], model: str, stats: CompletionStats
-    ) -> AsyncIterator[Event]:
-        """Anthropic's stream (message_start, content blocks, message_delta, message_stop)
-        from the pipeline's OpenAI chunks."""
-        return _EventWriter(model, stats).events(chunks)
-
-
-def stop_reason_of(finish_reason: str | None, stats: CompletionStats) -> tuple[str | None, str | None]:
-    if finish_reason == "tool_calls":
-        return "tool_use", None
-    if finish_reason == "length":
-        return "max_tokens", None
-    if stats.stop_sequence is not None:
-        return "stop_sequence", stats.stop_sequence
-    return ("end_turn", None) if finish_reason is not None else (None, None)
-
-
-def usage(stats: CompletionStats) -> dict[str, int]:
-    return {
-        "input_tokens": stats.prompt_tokens,
-        "output_tokens": stats.completion_tokens,
-        "cache_read_input_tokens": stats.cached_prompt_tokens,
-        "cache_creation_input_tokens": 0,
-    }
-
-
-class _EventWriter:
-    """One streamed message: opens, fills and closes content blocks as the deltas change kind."""
-
-    def __init__(self, model: str, stats: CompletionStats) -> None:
-        self.model = model
-        self.stats = stats
-        self.index = -1
-        self.open: str | None = None  # "thinking" | "text" | "tool_use"
-        self.held_space = ""  # whitespace before any text: a block only once there is text
-
-    async def events(self, chunks: AsyncIterable[dict[str, Any]]) -> AsyncIterator[Event]:
-        message: dict[str, Any] = {
-            "id": new_message_id(),
-            "type": "message",
-            "role": "assistant",
-            "model": self.model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": self.stats.prompt_tokens, "output_tokens": 0},
-        }
-        yield "message_start", {"type": "message_start", "message": message}
-        yield "ping", {"type": "ping"}
-        finish_reason: str | None = None
-        async for chunk in chunks:
-            for choice in chunk["choices"]:
-                for event in self._delta(choice["delta"]):
-                    yield event
-                finish_reason = choice.get("finish_reason") or finish_reason
-        for event in self._close():
-            yield event
-        stop_reason, stop_sequence = stop_reason_of(finish_reason, self.stats)
-        yield (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
-                "usage": usage(self.stats),
-            },
-        )
-        yield "message_stop", {"type": "message_stop"}
-
-    def _delta(self, delta: dict[str, Any]) -> list[Event]:
-        events: list[Event] = []
-        if delta.get("reasoning_content"):
-            events += self._text("thinking", delta["reasoning_content"])
-        if delta.get("content"):
-            events += self._text("text", delta["content"])
-        for call in delta.get("tool_calls") or []:
-            if call.get("id"):
-                block = {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}
-                events += self._start("tool_use", block)
-            arguments = (call.get("function") or {}).get("arguments")
-            if arguments:
-                events.append(self._block_delta({"type": "input_json_delta", "partial_json": arguments}))
-        return events
-
-    def _text(self, kind: str, text: str) -> list[Event]:
-        events: list[Event] = []
-        if self.open != kind:
-            if kind == "text" and not text.strip():
-                self.held_space += text
-                return []
-            block = (
-                {"type": "thinking", "thinking": "", "signature": ""}
-                if kind == "thinking"
-                else {"type": "text", "text": ""}
-            )
-            events += self._start(kind, block)
-            text, self.held_space = (self.held_space + text if kind == "text" else text), ""
-        key = "thinking_delta" if kind == "thinking" else "text_delta"
-        events.append(self._block_delta({"type": key, key.removesuffix("_delta"): text}))
-        return events
-
-    def _start(self, kind: str, block: dict[str, Any]) -> list[Event]:
-        events = self._close()
-        self.index += 1
-        self.open = kind
-        events.append(
-            (
-                "content_block_start",
-                {"type": "content_block_start", "index": self.index, "content_block": block},
-            )
-        )
-        return events
-
-    def _block_delta(self, delta: dict[str, Any]) -> Event:
-        return "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta}
-
-    def _close(self) -> list[Event]:
-        if self.open is None:
-            return []
-        self.open = None
-        return [("content_block_stop", {"type": "content_block_stop", "index": self.index})]
 
 
 # --- Request conversion helpers ---
@@ -352,7 +186,7 @@ def _openai_tool(name: str, description: str | None, schema: dict[str, Any]) -> 
     return {"type": "function", "function": function}
 
 
-def _tool_choice(request: MessagesInput) -> str | dict[str, Any] | None:
+def _tool_choice(request: MessagesInput) -> ToolChoice:
     choice = request.tool_choice
     if choice is None:
         return None
@@ -369,11 +203,6 @@ def _thinking_toggle(request: MessagesInput) -> bool | None:
     if request.thinking is None or request.thinking.type == "adaptive":
         return None
     return request.thinking.type == "enabled"
-
-
-def _input(function: dict[str, Any]) -> dict[str, Any]:
-    value = json.loads(function.get("arguments") or "{}")
-    return value if isinstance(value, dict) else {"value": value}
 
 
 def _bad_block(index: int, position: int, kind: str, role: str) -> APIError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -11,9 +12,11 @@ from mlx_server.api.audit_middleware import AuditDetails, audit_details, audit_p
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import ChatCompletionRequest, SamplingFields
+from mlx_server.services import openai_render
 from mlx_server.services.catalog import resolve_model
 from mlx_server.services.generation import CompletionStats, GenerationParams
-from mlx_server.services.inference import ChunkStream, generate_chat_completion
+from mlx_server.services.inference import generate_chat_completion
+from mlx_server.services.request import GenerationRequest
 from mlx_server.services.sampling import SamplingParams
 from mlx_server.services.structured_output import parse_response_format
 
@@ -51,16 +54,20 @@ def audit_stats(details: AuditDetails, stats: CompletionStats) -> None:
         details.ttft_ms = (stats.first_token_at - details.started) * 1000
 
 
-def respond(result: dict[str, Any] | ChunkStream, details: AuditDetails, stats: CompletionStats) -> Response:
-    """JSON for a finished result, else the chunk stream as OpenAI-style server-sent events."""
-    if isinstance(result, dict):
-        audit_stats(details, stats)
-        return JSONResponse(result)
+def finished(body: dict[str, Any], details: AuditDetails, stats: CompletionStats) -> Response:
+    audit_stats(details, stats)
+    return JSONResponse(body)
+
+
+def streamed(
+    chunks: AsyncIterable[dict[str, Any]], details: AuditDetails, stats: CompletionStats
+) -> Response:
+    """OpenAI-style server-sent events, the audit row following the stream as it goes."""
 
     def failed(message: str) -> None:
         details.error = message
 
-    return openai_event_stream(result, on_progress=lambda: audit_stats(details, stats), on_error=failed)
+    return openai_event_stream(chunks, on_progress=lambda: audit_stats(details, stats), on_error=failed)
 
 
 def reject_n(body: SamplingFields) -> None:
@@ -89,29 +96,34 @@ def _check(body: ChatCompletionRequest) -> None:
         raise APIError(400, "tool_choice requires a call, but no tools were given.", param="tool_choice")
 
 
-@router.post("/chat/completions", response_model=None)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
-    model, details = audit_start(request, body)
-    _check(body)
-    stats = CompletionStats()
+def _request(body: ChatCompletionRequest, model: str) -> GenerationRequest:
     params = GenerationParams(
         max_tokens=body.max_completion_tokens or body.max_tokens,
         stop=body.stop_list,
         sampling=sampling_params(body),
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
     )
-    messages: list[dict[str, Any]] = [m.model_dump(exclude_none=True) for m in body.messages]
-    result = await generate_chat_completion(
-        model,
-        messages,
+    return GenerationRequest(
+        model=model,
         params=params,
+        messages=[m.model_dump(exclude_none=True) for m in body.messages],
         tools=body.tools,
         tool_choice=body.tool_choice,
         parallel_tool_calls=body.parallel_tool_calls is not False,
         output_format=parse_response_format(body.response_format),
         enable_thinking=body.thinking_toggle,
-        stream=body.stream,
-        include_usage=body.include_usage,
-        stats=stats,
     )
-    return respond(result, details, stats)
+
+
+@router.post("/chat/completions", response_model=None)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
+    model, details = audit_start(request, body)
+    _check(body)
+    stats = CompletionStats()
+    events = await generate_chat_completion(_request(body, model), stats)
+    if body.stream:
+        return streamed(
+            openai_render.chat_chunks(events, model, include_usage=body.include_usage), details, stats
+        )
+    reply = await events.collect()
+    return finished(openai_render.chat_completion(model, reply, logprobs=body.logprobs), details, stats)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mlx_server.api.v1.chat import audit_start, reject_n, respond, sampling_params
+from mlx_server.api.v1.chat import audit_start, finished, reject_n, sampling_params, streamed
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import CompletionRequest
+from mlx_server.services import openai_render
 from mlx_server.services.completions import generate_completion
 from mlx_server.services.generation import CompletionStats, GenerationParams
+from mlx_server.services.request import GenerationRequest
 
 router = APIRouter(tags=["completions"])
 
@@ -40,13 +42,13 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         sampling=sampling_params(body),
         top_logprobs=body.logprobs,
     )
-    result = await generate_completion(
-        model,
-        _single_prompt(body),
-        params=params,
-        echo=body.echo,
-        stream=body.stream,
-        include_usage=body.include_usage,
-        stats=stats,
+    prompt = _single_prompt(body)
+    events = await generate_completion(
+        GenerationRequest(model=model, params=params, prompt=prompt, echo=body.echo), stats
     )
-    return respond(result, details, stats)
+    logprobs = body.logprobs is not None
+    if body.stream:
+        chunks = openai_render.text_chunks(events, model, include_usage=body.include_usage, logprobs=logprobs)
+        return streamed(chunks, details, stats)
+    reply = await events.collect()
+    return finished(openai_render.text_completion(model, reply, logprobs=logprobs), details, stats)

@@ -21,6 +21,7 @@ from mlx_server.api.sse import anthropic_event_stream
 from mlx_server.api.v1.chat import audit_stats
 from mlx_server.errors import APIError, anthropic_error_response, validation_error
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest, TokenCount
+from mlx_server.services import anthropic_render
 from mlx_server.services.catalog import resolve_model
 from mlx_server.services.generation import CompletionStats
 from mlx_server.services.inference import count_chat_tokens, generate_chat_completion
@@ -60,40 +61,23 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     model = resolve_model(body.model)
     details.model, details.stream = model, body.stream
     details.parameters = audit_parameters(body)
-    chat = translator.anthropic_to_internal(body)
     stats = CompletionStats()
-    result = await generate_chat_completion(
-        model,
-        chat.messages,
-        params=translator.generation_params(body),
-        tools=chat.tools,
-        tool_choice=chat.tool_choice,
-        parallel_tool_calls=chat.parallel_tool_calls,
-        enable_thinking=chat.enable_thinking,
-        stream=body.stream,
-        stats=stats,
-    )
-    if isinstance(result, dict):
+    events = await generate_chat_completion(translator.anthropic_to_internal(body, model), stats)
+    if not body.stream:
+        reply = await events.collect()
         audit_stats(details, stats)
-        return JSONResponse(translator.internal_to_anthropic_response(result, stats))
+        return JSONResponse(anthropic_render.message(model, reply))
 
     def failed(message: str) -> None:
         details.error = message
 
-    events = translator.anthropic_events(result, model, stats)
-    return anthropic_event_stream(events, on_progress=lambda: audit_stats(details, stats), on_error=failed)
+    rendered = anthropic_render.events(events, model, stats.prompt_tokens)
+    return anthropic_event_stream(rendered, on_progress=lambda: audit_stats(details, stats), on_error=failed)
 
 
 @router.post("/messages/count_tokens")
 async def count_tokens(body: MessagesInput, request: Request) -> TokenCount:
     model = resolve_model(body.model)
     audit_details(request).model = model
-    chat = translator.anthropic_to_internal(body)
-    tokens = await count_chat_tokens(
-        model,
-        chat.messages,
-        tools=chat.tools,
-        tool_choice=chat.tool_choice,
-        enable_thinking=chat.enable_thinking,
-    )
+    tokens = await count_chat_tokens(translator.anthropic_to_internal(body, model))
     return TokenCount(input_tokens=tokens)

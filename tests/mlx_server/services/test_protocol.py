@@ -1,28 +1,27 @@
-"""ProtocolTranslator: Anthropic requests in, the pipeline's dicts out, and back again.
+"""ProtocolTranslator and the Anthropic renderer: Anthropic requests in, the pipeline's typed
+request out; the pipeline's events back out as Anthropic's stream and message.
 
-The stream tests feed canned model outputs through the real chunk path (ChatTurn and
-generate_chat_completion's chunk assembly), translate them into Anthropic events, and let the
-anthropic SDK's own accumulator rebuild the message, which must equal the non-stream response.
+The stream tests feed canned model outputs through the real event path (ChatTurn and the
+pipeline's event assembly), render them as Anthropic events, and let the anthropic SDK's own
+accumulator rebuild the message, which must equal the non-stream response.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 
 from mlx_server.errors import APIError
-from mlx_server.models.adapters import create_adapter
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest
-from mlx_server.services import openai_format as fmt
-from mlx_server.services.chat_turn import ChatTurn
-from mlx_server.services.generation import CompletionStats, TextDelta
-from mlx_server.services.inference import _chat_chunks
+from mlx_server.services import anthropic_render
+from mlx_server.services.events import Finish, FinishReason, Reply
+from mlx_server.services.generation import CompletionStats
 from mlx_server.services.protocol import ProtocolTranslator
+from tests.mlx_server.services.canned import canned_events, canned_reply, replay
 
 translator = ProtocolTranslator()
 
@@ -37,7 +36,7 @@ WEATHER = {
 
 
 def _internal(**request: Any) -> Any:
-    return translator.anthropic_to_internal(MessagesInput.model_validate({"model": "m", **request}))
+    return translator.anthropic_to_internal(MessagesInput.model_validate({"model": "m", **request}), "m")
 
 
 def test_tool_use_and_tool_result_keep_their_ids_and_order() -> None:
@@ -193,7 +192,7 @@ def test_thinking_switch_follows_the_request() -> None:
 # --- Responses and streams from canned outputs ---
 
 TOOLS = [{"type": "function", "function": {"name": WEATHER["name"], "parameters": WEATHER["input_schema"]}}]
-OUTPUTS = {
+OUTPUTS: dict[str, tuple[str, FinishReason]] = {
     "text": ("The answer is 4.", "stop"),
     "reasoning, text, call": (
         '<think>Need the tool.</think>Let me look.\n<tool_call>{"name": "get_weather", '
@@ -204,39 +203,23 @@ OUTPUTS = {
 }
 
 
-async def _pieces(text: str, size: int, reason: str) -> AsyncGenerator[TextDelta, None]:
-    for at in range(0, len(text), size):
-        yield TextDelta(text[at : at + size], [], reason if at + size >= len(text) else None)
+def _stats() -> CompletionStats:
+    return CompletionStats(prompt_tokens=7, completion_tokens=5)
 
 
-def _turn(tokenizer: Any) -> ChatTurn:
-    return ChatTurn(
-        create_adapter("qwen", tokenizer), prompt="", tools=TOOLS, tool_choice="auto", logprobs=False
-    )
-
-
-def _anthropic_stream(tokenizer: Any, text: str, size: int, reason: str) -> list[tuple[str, dict[str, Any]]]:
-    stats = CompletionStats(prompt_tokens=7, completion_tokens=5)
+def _anthropic_stream(
+    tokenizer: Any, text: str, size: int, reason: FinishReason
+) -> list[tuple[str, dict[str, Any]]]:
+    events = canned_events(tokenizer, text, size, reason, tools=TOOLS, stats=_stats())
 
     async def collect() -> list[tuple[str, dict[str, Any]]]:
-        chunks = _chat_chunks(
-            _pieces(text, size, reason),
-            fmt.ChunkFactory("m", chat=True, include_usage=False),
-            stats,
-            _turn(tokenizer),
-        )
-        return [event async for event in translator.anthropic_events(chunks, "m", stats)]
+        return [event async for event in anthropic_render.events(replay(events), "m", 7)]
 
     return asyncio.run(collect())
 
 
-def _response(tokenizer: Any, text: str, reason: str) -> dict[str, Any]:
-    turn = _turn(tokenizer)
-    turn.feed(text, [])
-    turn.finish()
-    stats = CompletionStats(prompt_tokens=7, completion_tokens=5)
-    result = fmt.chat_completion("m", turn.message(), turn.finish_reason(reason), None, stats)
-    return translator.internal_to_anthropic_response(result, stats)
+def _response(tokenizer: Any, text: str, reason: FinishReason) -> dict[str, Any]:
+    return anthropic_render.message("m", canned_reply(tokenizer, text, reason, tools=TOOLS, stats=_stats()))
 
 
 @pytest.mark.parametrize("name", sorted(OUTPUTS))
@@ -276,10 +259,7 @@ def test_non_stream_response_blocks_and_stop_reasons(smollm: tuple[Any, Any]) ->
     assert called["usage"]["input_tokens"] == 7 and called["usage"]["output_tokens"] == 5
     assert _response(smollm[1], *OUTPUTS["cut off"])["stop_reason"] == "max_tokens"
     assert _response(smollm[1], *OUTPUTS["text"])["stop_reason"] == "end_turn"
-    stats = CompletionStats(stop_sequence="###")
-    stopped = translator.internal_to_anthropic_response(
-        fmt.chat_completion("m", {"role": "assistant", "content": "a"}, "stop", None, stats), stats
-    )
+    stopped = anthropic_render.message("m", Reply(text="a", finish=Finish("stop", "###")))
     assert (stopped["stop_reason"], stopped["stop_sequence"]) == ("stop_sequence", "###")
 
 

@@ -1,26 +1,24 @@
-"""Canned model outputs through the real chat streaming path, accumulated by the openai SDK.
+"""Canned model outputs through the real chat path and the OpenAI renderer, accumulated by the
+openai SDK.
 
 The model is replaced by fixed text (SmolLM2 does not reliably call tools), everything after it
-is the production path: ChatTurn (StreamingProcessor + parser + checks) and the chunk assembly
-of generate_chat_completion; the SDK's own accumulator rebuilds the message from the chunks.
+is the production path: ChatTurn (StreamingProcessor + parser + checks), the pipeline's events,
+and the OpenAI chunk renderer; the SDK's own accumulator rebuilds the message from the chunks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from mlx_server.models.adapters import create_adapter
-from mlx_server.services import openai_format as fmt
-from mlx_server.services.chat_turn import ChatTurn
-from mlx_server.services.generation import CompletionStats, TextDelta
-from mlx_server.services.inference import _chat_chunks
+from mlx_server.services import openai_render
+from mlx_server.services.events import TextDelta
+from tests.mlx_server.services.canned import canned_events, canned_reply, replay
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -57,31 +55,18 @@ OUTPUTS = {
 }
 
 
-async def _pieces(text: str, size: int) -> AsyncGenerator[TextDelta, None]:
-    for at in range(0, len(text), size):
-        last = at + size >= len(text)
-        yield TextDelta(text[at : at + size], [], "stop" if last else None)
-
-
-def _turn(tokenizer: Any) -> ChatTurn:
-    adapter = create_adapter("qwen", tokenizer)  # hermes_json tool calls, <think> reasoning
-    return ChatTurn(adapter, prompt="", tools=TOOLS, tool_choice="auto", logprobs=False)
-
-
 def _stream(tokenizer: Any, text: str, size: int) -> list[dict[str, Any]]:
+    events = canned_events(tokenizer, text, size, tools=TOOLS)
+
     async def collect() -> list[dict[str, Any]]:
-        factory = fmt.ChunkFactory("m", chat=True, include_usage=False)
-        stream = _chat_chunks(_pieces(text, size), factory, CompletionStats(), _turn(tokenizer))
-        return [chunk async for chunk in stream]
+        return [chunk async for chunk in openai_render.chat_chunks(replay(events), "m", include_usage=False)]
 
     return asyncio.run(collect())
 
 
-def _batch(tokenizer: Any, text: str) -> tuple[dict[str, Any], str | None]:
-    turn = _turn(tokenizer)
-    turn.feed(text, [])
-    turn.finish()
-    return turn.message(), turn.finish_reason("stop")
+def _batch(tokenizer: Any, text: str, **kwargs: Any) -> tuple[dict[str, Any], str | None]:
+    reply = canned_reply(tokenizer, text, **{"tools": TOOLS, **kwargs})
+    return openai_render.chat_message(reply), reply.finish.reason if reply.finish else None
 
 
 @pytest.mark.parametrize("name", sorted(OUTPUTS))
@@ -137,16 +122,11 @@ def test_without_tools_a_call_shaped_reply_stays_text(
     """No tool was offered (or tool_choice "none"): the model's call markup is its answer's text,
     not a call, and it does not vanish."""
     text = "Let me check.\n" + OUTPUTS["two calls around text"].split("\n", 1)[1]
-    adapter = create_adapter("qwen", smollm[1])
     tools = TOOLS if tool_choice == "none" else None
-    turn = ChatTurn(adapter, prompt="", tools=tools, tool_choice=tool_choice, logprobs=False)
-    streamed = "".join(
-        choice["delta"].get("content", "")
-        for piece in (text[:20], text[20:])
-        for choice in turn.feed(piece, [])
-    ) + "".join(choice["delta"].get("content", "") for choice in turn.finish())
-    message = turn.message()
-    assert "tool_calls" not in message and turn.finish_reason("stop") == "stop"
+    events = canned_events(smollm[1], text, 20, tools=tools, tool_choice=tool_choice)
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    message, finish_reason = _batch(smollm[1], text, tools=tools, tool_choice=tool_choice)
+    assert "tool_calls" not in message and finish_reason == "stop"
     assert '"name": "get_weather"' in message["content"] and '"name": "get_time"' in message["content"]
     assert message["content"].startswith("Let me check.")
     assert streamed.strip() == message["content"]
