@@ -15,27 +15,17 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
-from mlx_server.errors import APIError, ModelNotFoundError
-from mlx_server.models.adapters import ModelAdapter, create_adapter
-from mlx_server.models.detection import (
-    ModelType,
-    detect_model_family,
-    detect_model_type,
-    read_chat_template,
-    read_config,
-)
-from mlx_server.models.prompt_cache import PromptCache
-from mlx_server.records import ModelCapabilities, ModelRecord
-from mlx_server.utils.memory import GB, active_memory_bytes, default_budget_bytes, release_free_heap
+from mlx_server.errors import APIError
+from mlx_server.models.adapters import create_adapter
+from mlx_server.models.detection import ModelType
+from mlx_server.models.loaders import ENDPOINTS, LOADERS, LoadedModel, ModelSpec, read_spec
+from mlx_server.records import ModelCapabilities
+from mlx_server.utils.memory import GB, default_budget_bytes, release_free_heap
 from mlx_server.utils.metal import run_on_metal_thread
 
 logger = logging.getLogger("mlx_server.pool")
@@ -44,90 +34,15 @@ logger = logging.getLogger("mlx_server.pool")
 BUSY_RETRY_AFTER_SECONDS = 5
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """What the pool needs to load a model, read from the database before loading."""
-
-    model_id: str
-    path: Path
-    model_type: ModelType
-    family: str
-    capabilities: ModelCapabilities | None
-    config: dict[str, Any]
-    estimate_bytes: int
-
-
-@dataclass(eq=False)
-class LoadedModel:
-    model_id: str
-    model_type: ModelType
-    family: str
-    model: Any
-    tokenizer: Any
-    adapter: ModelAdapter
-    config: dict[str, Any]
-    size_bytes: int
-    probed: bool
-    loaded_at: float = field(default_factory=time.time)
-    last_used: float = field(default_factory=time.time)
-    pinned: bool = False
-    active: int = 0
-    prompt_cache: PromptCache = field(default_factory=PromptCache)
-
-    @property
-    def context_length(self) -> int | None:
-        value = self.config.get("max_position_embeddings") or self.config.get("max_seq_len")
-        return int(value) if isinstance(value, int) and value > 0 else None
-
-
-def read_spec(model_id: str) -> ModelSpec:
-    with Session(get_engine()) as session:
-        record = session.get(ModelRecord, model_id)
-        if record is None:
-            raise ModelNotFoundError(model_id)
-        capabilities = session.get(ModelCapabilities, model_id)
-        if capabilities is not None:
-            session.expunge(capabilities)
-    path = Path(record.path)
-    if not (path / "config.json").is_file():
-        raise APIError(
-            409,
-            f"The files of model {model_id!r} are missing from {path}; re-import or delete it.",
-            param="model",
-            code="model_files_missing",
-        )
-    config = read_config(path)
-    model_type = ModelType(capabilities.model_type) if capabilities and capabilities.model_type else None
-    family = capabilities.model_family if capabilities and capabilities.model_family else None
-    if model_type is None or family is None:
-        logger.info("model %s was never probed: detecting its type and family", model_id)
-    return ModelSpec(
-        model_id=model_id,
-        path=path,
-        model_type=model_type or detect_model_type(path, config),
-        family=family or detect_model_family(model_id, config, read_chat_template(path)),
-        capabilities=capabilities,
-        config=config,
-        estimate_bytes=sum(f.stat().st_size for f in path.glob("*.safetensors")),
-    )
-
-
-def _load_text_model(spec: ModelSpec) -> LoadedModel:
-    from mlx_lm import load
-
-    before = active_memory_bytes()
-    model, tokenizer = load(str(spec.path))
-    measured = active_memory_bytes() - before
-    return LoadedModel(
-        model_id=spec.model_id,
-        model_type=spec.model_type,
-        family=spec.family,
-        model=model,
-        tokenizer=tokenizer,
-        adapter=create_adapter(spec.family, tokenizer, spec.capabilities),
-        config=spec.config,
-        size_bytes=measured if measured > 0 else spec.estimate_bytes,
-        probed=spec.capabilities is not None,
+def _check_type(model_id: str, actual: ModelType, wanted: ModelType | None) -> None:
+    if wanted is None or actual is wanted:
+        return
+    raise APIError(
+        400,
+        f"Model {model_id!r} is a {actual} model; use {ENDPOINTS[actual]} with it "
+        f"(this endpoint serves {wanted} models).",
+        param="model",
+        code="wrong_model_type",
     )
 
 
@@ -153,10 +68,18 @@ class ModelPoolManager:
 
     # --- Using models ---
 
-    async def acquire(self, model_id: str) -> LoadedModel:
-        """The loaded model, loading it if needed; pair with release() (or use lease())."""
+    async def acquire(self, model_id: str, model_type: ModelType | None = None) -> LoadedModel:
+        """The loaded model, loading it if needed; pair with release() (or use lease()).
+
+        `model_type`: the type the caller serves; a model of another type is a 400 naming the
+        endpoint that serves it, decided before anything is loaded."""
         for _ in range(3):
-            loaded = self._models.get(model_id) or await self._load_shared(model_id)
+            loaded = self._models.get(model_id)
+            if loaded is None:
+                spec = read_spec(model_id)
+                _check_type(model_id, spec.model_type, model_type)
+                loaded = await self._load_shared(spec)
+            _check_type(model_id, loaded.model_type, model_type)
             # Another load may have evicted it between its load and this waiter resuming.
             if self._models.get(model_id) is loaded:
                 loaded.active += 1
@@ -270,10 +193,11 @@ class ModelPoolManager:
 
     # --- Loading and eviction ---
 
-    async def _load_shared(self, model_id: str) -> LoadedModel:
+    async def _load_shared(self, spec: ModelSpec) -> LoadedModel:
+        model_id = spec.model_id
         task = self._loading.get(model_id)
         if task is None:
-            task = asyncio.create_task(self._load(model_id), name=f"load {model_id}")
+            task = asyncio.create_task(self._load(spec), name=f"load {model_id}")
             self._loading[model_id] = task
             task.add_done_callback(lambda done: self._load_finished(model_id, done))
         # shield: a waiter that gives up (client gone) does not cancel the others' load.
@@ -285,12 +209,13 @@ class ModelPoolManager:
         if not task.cancelled():
             task.exception()  # retrieved here so an unobserved failure is not logged as lost
 
-    async def _load(self, model_id: str) -> LoadedModel:
-        spec = read_spec(model_id)
-        if spec.model_type is not ModelType.TEXT_GEN:
+    async def _load(self, spec: ModelSpec) -> LoadedModel:
+        model_id = spec.model_id
+        loader = LOADERS.get(spec.model_type)
+        if loader is None:
             raise APIError(
                 400,
-                f"Model {model_id!r} is a {spec.model_type} model; this endpoint serves text generation.",
+                f"Model {model_id!r} is a {spec.model_type} model, which this server cannot load yet.",
                 param="model",
                 code="model_type_unsupported",
             )
@@ -300,7 +225,7 @@ class ModelPoolManager:
                 return existing
             await self._make_room(spec)
             started = time.perf_counter()
-            loaded = await run_on_metal_thread(lambda: _load_text_model(spec))
+            loaded = await run_on_metal_thread(lambda: loader(spec))
             self._models[model_id] = loaded
             self.load_count += 1
             logger.info(

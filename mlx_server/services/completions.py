@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 
 from mlx_server.errors import APIError
-from mlx_server.models.pool import LoadedModel
+from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.events import Finish, GenerationEvent, TextDelta
 from mlx_server.services.generation import CompletionStats, GeneratedText, generate_text
 from mlx_server.services.inference import EventStream, check_logit_bias, encode, max_tokens_for, open_model

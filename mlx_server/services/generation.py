@@ -18,7 +18,7 @@ from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokeni
 
 from mlx_server.config import get_settings
 from mlx_server.errors import APIError
-from mlx_server.models.pool import LoadedModel
+from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.constraints import GrammarProcessor
 from mlx_server.services.events import FinishReason, TokenLogprob, Usage
 from mlx_server.services.sampling import SamplingParams, make_processors, make_sampler
@@ -164,7 +164,7 @@ def _steps(
 ) -> Iterator[_Step]:
     """The token loop; runs on the MLX thread, one item per job."""
     tokenizer = loaded.tokenizer
-    stop_ids = set(loaded.adapter.get_stop_tokens())
+    stop_ids = set(loaded.chat.get_stop_tokens())
     detokenizer: Any = _detokenizer(tokenizer, params.continuation)
     cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
     stats.cached_prompt_tokens = reused

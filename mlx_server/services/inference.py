@@ -18,7 +18,9 @@ from typing import Any
 
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import ChatTemplateError
-from mlx_server.models.pool import LoadedModel, get_model_pool
+from mlx_server.models.detection import ModelType
+from mlx_server.models.loaders import LoadedModel
+from mlx_server.models.pool import get_model_pool
 from mlx_server.services.chat_turn import ChatTurn, forced_tool
 from mlx_server.services.constraints import (
     GrammarProcessor,
@@ -84,7 +86,7 @@ async def open_model(model_id: str) -> tuple[LoadedModel, Callable[[], None]]:
     admission.acquire()
     pool = get_model_pool()
     try:
-        loaded = await pool.acquire(model_id)
+        loaded = await pool.acquire(model_id, ModelType.TEXT_GEN)
     except BaseException:
         admission.release()
         raise
@@ -109,7 +111,7 @@ def _chat_prompt(
 ) -> tuple[str, list[int]]:
     """The prompt text through the model's chat template, and its tokens."""
     assert request.messages is not None, "a chat request"
-    adapter = loaded.adapter
+    adapter = loaded.chat
     instruction = _tool_choice_instruction(request.tool_choice) if tools else None
     try:
         converted = adapter.convert_messages(request.messages)  # content is plain text from here on
@@ -228,7 +230,7 @@ async def generate_chat_completion(
         release()
         raise
     turn = ChatTurn(
-        loaded.adapter,
+        loaded.chat,
         prompt=prompt_text,
         tools=shown_tools,
         tool_choice=request.tool_choice,
@@ -290,7 +292,7 @@ async def _constraint(
     named = forced_tool(request.tool_choice) is not None
     if tools and (request.tool_choice == "required" or named):
         parallel = request.parallel_tool_calls and not named
-        lark = loaded.adapter.tool_parser.call_grammar(tools, parallel=parallel)
+        lark = loaded.chat.tool_parser.call_grammar(tools, parallel=parallel)
         if lark is None:
             logger.info("%s's tool format cannot be constrained; asking in words", loaded.model_id)
         else:
@@ -301,7 +303,7 @@ async def _constraint(
         grammar, param = output_format.grammar, output_format.param
     if grammar is None:
         return None, False
-    adapter = loaded.adapter
+    adapter = loaded.chat
     tokenizer = await asyncio.to_thread(lambda: adapter.grammar_tokenizer)
     closers = await asyncio.to_thread(lambda: adapter.grammar_closing_tokens)
     matcher = await build_matcher(tokenizer, grammar, param)

@@ -22,7 +22,8 @@ from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import ModelAdapter, create_adapter
 from mlx_server.models.detection import ModelType, detect_model_family, detect_model_type, read_chat_template
-from mlx_server.models.pool import LoadedModel, ModelPoolManager, get_model_pool, read_spec
+from mlx_server.models.loaders import LoadedModel, read_spec
+from mlx_server.models.pool import ModelPoolManager, get_model_pool
 from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking

@@ -1,0 +1,163 @@
+"""What a loaded model is, and how each model type loads (blueprint §10.1, §10.3).
+
+One loader per type behind the same pool: text generation through mlx-lm, embeddings through
+mlx-embeddings. Loaders run on the MLX thread; the pool decides when.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session
+
+from mlx_server.database import get_engine
+from mlx_server.errors import APIError, ModelNotFoundError
+from mlx_server.models.adapters import ModelAdapter, create_adapter
+from mlx_server.models.detection import (
+    ModelType,
+    detect_model_family,
+    detect_model_type,
+    read_chat_template,
+    read_config,
+)
+from mlx_server.models.embedding_profile import EmbeddingProfile
+from mlx_server.models.prompt_cache import PromptCache
+from mlx_server.records import ModelCapabilities, ModelRecord
+from mlx_server.utils.memory import active_memory_bytes
+
+logger = logging.getLogger("mlx_server.pool")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the pool needs to load a model, read from the database before loading."""
+
+    model_id: str
+    path: Path
+    model_type: ModelType
+    family: str
+    capabilities: ModelCapabilities | None
+    config: dict[str, Any]
+    estimate_bytes: int
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    model_id: str
+    model_type: ModelType
+    family: str
+    model: Any
+    tokenizer: Any
+    # Text generation: the adapter (chat template, parsers, stop tokens); None for other types.
+    adapter: ModelAdapter | None
+    config: dict[str, Any]
+    size_bytes: int
+    probed: bool
+    loaded_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.time)
+    pinned: bool = False
+    active: int = 0
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
+    # Embeddings: pooling, normalization, dimensions and the longest input.
+    embedding: EmbeddingProfile | None = None
+
+    @property
+    def chat(self) -> ModelAdapter:
+        """The text adapter; the pool hands text models only to the text pipeline."""
+        assert self.adapter is not None, f"{self.model_id} is a {self.model_type} model"
+        return self.adapter
+
+    @property
+    def context_length(self) -> int | None:
+        value = self.config.get("max_position_embeddings") or self.config.get("max_seq_len")
+        return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def read_spec(model_id: str) -> ModelSpec:
+    with Session(get_engine()) as session:
+        record = session.get(ModelRecord, model_id)
+        if record is None:
+            raise ModelNotFoundError(model_id)
+        capabilities = session.get(ModelCapabilities, model_id)
+        if capabilities is not None:
+            session.expunge(capabilities)
+    path = Path(record.path)
+    if not (path / "config.json").is_file():
+        raise APIError(
+            409,
+            f"The files of model {model_id!r} are missing from {path}; re-import or delete it.",
+            param="model",
+            code="model_files_missing",
+        )
+    config = read_config(path)
+    model_type = ModelType(capabilities.model_type) if capabilities and capabilities.model_type else None
+    family = capabilities.model_family if capabilities and capabilities.model_family else None
+    if model_type is None or family is None:
+        logger.info("model %s was never probed: detecting its type and family", model_id)
+    return ModelSpec(
+        model_id=model_id,
+        path=path,
+        model_type=model_type or detect_model_type(path, config),
+        family=family or detect_model_family(model_id, config, read_chat_template(path)),
+        capabilities=capabilities,
+        config=config,
+        estimate_bytes=sum(f.stat().st_size for f in path.glob("*.safetensors")),
+    )
+
+
+def _load_text_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_lm import load
+
+    before = active_memory_bytes()
+    model, tokenizer = load(str(spec.path))
+    measured = active_memory_bytes() - before
+    return LoadedModel(
+        model_id=spec.model_id,
+        model_type=spec.model_type,
+        family=spec.family,
+        model=model,
+        tokenizer=tokenizer,
+        adapter=create_adapter(spec.family, tokenizer, spec.capabilities),
+        config=spec.config,
+        size_bytes=measured if measured > 0 else spec.estimate_bytes,
+        probed=spec.capabilities is not None,
+    )
+
+
+def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_embeddings.utils import load
+
+    before = active_memory_bytes()
+    model, tokenizer = load(str(spec.path))
+    measured = active_memory_bytes() - before
+    return LoadedModel(
+        model_id=spec.model_id,
+        model_type=spec.model_type,
+        family=spec.family,
+        model=model,
+        tokenizer=tokenizer,
+        adapter=None,
+        config=spec.config,
+        size_bytes=measured if measured > 0 else spec.estimate_bytes,
+        probed=spec.capabilities is not None,
+        embedding=EmbeddingProfile.read(spec.path, spec.config),
+    )
+
+
+LOADERS: dict[ModelType, Callable[[ModelSpec], LoadedModel]] = {
+    ModelType.TEXT_GEN: _load_text_model,
+    ModelType.EMBEDDINGS: _load_embedding_model,
+}
+
+# The endpoint that serves each type, for errors that send a request to the right one.
+ENDPOINTS: dict[ModelType, str] = {
+    ModelType.TEXT_GEN: "/v1/chat/completions",
+    ModelType.EMBEDDINGS: "/v1/embeddings",
+    ModelType.VISION: "/v1/chat/completions",
+    ModelType.AUDIO: "/v1/audio/transcriptions",
+}
