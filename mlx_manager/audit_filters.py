@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from mlx_server.services.audit_search import AuditFilter
+from mlx_server.services.operations.audit_search import AuditFilter
 
 FILTER_FIELDS = ("model", "endpoint", "status", "since", "until")
 ERROR_STATUSES = ("error", "errors")

@@ -17,7 +17,7 @@ from mlx_server.database import get_engine, upgrade_database
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.store import ModelStoreError, ensure_default_model, import_gguf, list_models
-from mlx_server.services.probe import ProbeStep, probe_model
+from mlx_server.services.operations.probe import ProbeStep, probe_model
 
 app = typer.Typer(
     add_completion=False,

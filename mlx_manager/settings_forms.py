@@ -31,13 +31,13 @@ from mlx_manager.services.settings_store import (
     validate_setting,
 )
 from mlx_server.config import get_settings as get_server_settings
-from mlx_server.services import pool_admin
-from mlx_server.services.generation_defaults import (
+from mlx_server.services.operations import pool_admin
+from mlx_server.services.operations.generation_defaults import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
     set_default_max_tokens,
 )
-from mlx_server.services.setting_overrides import read_override
+from mlx_server.services.operations.setting_overrides import read_override
 
 
 class FormError(ValueError):

@@ -19,9 +19,9 @@ from mlx_server.database import database_status, upgrade_database
 from mlx_server.errors import install_error_handlers
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import instrument
-from mlx_server.services.audit import audit_service
-from mlx_server.services.pool_admin import apply_stored_pool_limits
-from mlx_server.services.scheduler import get_scheduler, schedule_every, stop_scheduler
+from mlx_server.services.operations.audit import audit_service
+from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
+from mlx_server.services.operations.scheduler import get_scheduler, schedule_every, stop_scheduler
 
 AUDIT_RETENTION_JOB = "audit-retention"
 AUDIT_RETENTION_INTERVAL_S = 3600

@@ -15,8 +15,13 @@ from mlx_manager.audit_streams import csv_export, jsonl_export, live_tail
 from mlx_manager.templating import render, wants_fragment
 from mlx_server.database import SessionDep, get_engine
 from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.audit import MAX_RETENTION_DAYS, audit_retention, audit_service, set_audit_retention
-from mlx_server.services.audit_search import count, distinct_values, latest_id, page_before
+from mlx_server.services.operations.audit import (
+    MAX_RETENTION_DAYS,
+    audit_retention,
+    audit_service,
+    set_audit_retention,
+)
+from mlx_server.services.operations.audit_search import count, distinct_values, latest_id, page_before
 
 router = APIRouter(prefix="/audit")
 

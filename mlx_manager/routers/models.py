@@ -25,7 +25,7 @@ from mlx_server.database import SessionDep, get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.store import ModelStoreError, get_model, import_gguf
-from mlx_server.services import pool_admin
+from mlx_server.services.operations import pool_admin
 
 router = APIRouter(prefix="/models")
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from mlx_manager.templating import render, templates, wants_fragment
-from mlx_server.services import pool_admin
+from mlx_server.services.operations import pool_admin
 
 router = APIRouter(prefix="/server")
 

@@ -17,7 +17,12 @@ from mlx_manager import settings_forms as forms
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.templating import render, wants_fragment
 from mlx_server.database import SessionDep
-from mlx_server.services.audit import MAX_RETENTION_DAYS, audit_retention, audit_service, set_audit_retention
+from mlx_server.services.operations.audit import (
+    MAX_RETENTION_DAYS,
+    audit_retention,
+    audit_service,
+    set_audit_retention,
+)
 
 router = APIRouter(prefix="/settings")
 

@@ -30,7 +30,7 @@ from mlx_manager.services.conversations import (
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.pool import get_model_pool
-from mlx_server.services.events import (
+from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
     ReasoningDelta,
@@ -38,9 +38,9 @@ from mlx_server.services.events import (
     ToolCallDone,
     ToolCallRejected,
 )
-from mlx_server.services.generation import CompletionStats
-from mlx_server.services.inference import generate_chat_completion
-from mlx_server.services.request import GenerationRequest
+from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.inference import generate_chat_completion
+from mlx_server.services.pipeline.request import GenerationRequest
 
 Event = tuple[str, dict[str, Any]]
 

@@ -20,7 +20,7 @@ from mlx_server.config import get_settings
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import ModelStoreError, get_model, list_models
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from mlx_server.services.probe import is_probe_running
+from mlx_server.services.operations.probe import is_probe_running
 
 
 @dataclass(frozen=True)

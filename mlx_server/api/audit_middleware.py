@@ -21,7 +21,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.audit import AuditService, audit_service
+from mlx_server.services.operations.audit import AuditService, audit_service
 
 logger = logging.getLogger("mlx_server.audit")
 

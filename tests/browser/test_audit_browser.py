@@ -12,7 +12,7 @@ from sqlmodel import Session
 
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.audit import audit_service
+from mlx_server.services.operations.audit import audit_service
 from tests.browser.support import browse
 
 

@@ -19,8 +19,8 @@ from sqlmodel import Session, col, select
 
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, SettingOverride, utcnow
-from mlx_server.services.audit import audit_service, reset_audit_service
-from mlx_server.services.audit_search import EXPORT_BATCH
+from mlx_server.services.operations.audit import audit_service, reset_audit_service
+from mlx_server.services.operations.audit_search import EXPORT_BATCH
 from tests.support import ServerProcess, csrf_headers
 
 HTMX = {"HX-Request": "true"}

@@ -11,7 +11,7 @@ from mlx_manager.cli import app
 from mlx_server.database import head_revision
 from mlx_server.models.pool import reset_model_pool
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from mlx_server.services.probe import STEP_NAMES
+from mlx_server.services.operations.probe import STEP_NAMES
 from mlx_server.utils.metal import reset_metal_thread
 from tests.support import copy_truncated
 

@@ -28,9 +28,9 @@ from mlx_server.config import get_settings as get_server_settings
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.models.pool import get_model_pool
 from mlx_server.records import AuditLog, ModelRecord, ModelSource, SettingOverride, utcnow
-from mlx_server.services.audit import audit_retention
-from mlx_server.services.generation_defaults import DEFAULT_MAX_TOKENS_KEY, default_max_tokens
-from mlx_server.services.setting_overrides import cached_override, read_override, write_override
+from mlx_server.services.operations.audit import audit_retention
+from mlx_server.services.operations.generation_defaults import DEFAULT_MAX_TOKENS_KEY, default_max_tokens
+from mlx_server.services.operations.setting_overrides import cached_override, read_override, write_override
 from mlx_server.utils.memory import GB
 from tests.support import csrf_headers
 

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mlx_server.database import SessionDep
 from mlx_server.errors import APIError
 from mlx_server.records import AuditLog
-from mlx_server.services.audit import MAX_QUERY_LIMIT, audit_service
-from mlx_server.services.pool_admin import load_model, pool_status, set_pinned, unload_model
+from mlx_server.services.operations.audit import MAX_QUERY_LIMIT, audit_service
+from mlx_server.services.operations.pool_admin import load_model, pool_status, set_pinned, unload_model
 
 router = APIRouter(prefix="/admin", tags=["admin"])
 

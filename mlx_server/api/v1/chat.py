@@ -12,13 +12,13 @@ from mlx_server.api.audit_middleware import AuditDetails, audit_details, audit_p
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import ChatCompletionRequest, SamplingFields
-from mlx_server.services import openai_render
-from mlx_server.services.catalog import resolve_model
-from mlx_server.services.generation import CompletionStats, GenerationParams
-from mlx_server.services.inference import generate_chat_completion
-from mlx_server.services.request import GenerationRequest
-from mlx_server.services.sampling import SamplingParams
-from mlx_server.services.structured_output import parse_response_format
+from mlx_server.services.pipeline import openai_render
+from mlx_server.services.pipeline.catalog import resolve_model
+from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.inference import generate_chat_completion
+from mlx_server.services.pipeline.request import GenerationRequest
+from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.services.pipeline.structured_output import parse_response_format
 
 router = APIRouter(tags=["chat"])
 

@@ -8,10 +8,10 @@ from fastapi.responses import Response
 from mlx_server.api.v1.chat import audit_start, finished, reject_n, sampling_params, streamed
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import CompletionRequest
-from mlx_server.services import openai_render
-from mlx_server.services.completions import generate_completion
-from mlx_server.services.generation import CompletionStats, GenerationParams
-from mlx_server.services.request import GenerationRequest
+from mlx_server.services.pipeline import openai_render
+from mlx_server.services.pipeline.completions import generate_completion
+from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.request import GenerationRequest
 
 router = APIRouter(tags=["completions"])
 

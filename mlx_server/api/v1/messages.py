@@ -21,11 +21,11 @@ from mlx_server.api.sse import anthropic_event_stream
 from mlx_server.api.v1.chat import audit_stats
 from mlx_server.errors import APIError, anthropic_error_response, validation_error
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest, TokenCount
-from mlx_server.services import anthropic_render
-from mlx_server.services.catalog import resolve_model
-from mlx_server.services.generation import CompletionStats
-from mlx_server.services.inference import count_chat_tokens, generate_chat_completion
-from mlx_server.services.protocol import ProtocolTranslator
+from mlx_server.services.pipeline import anthropic_render
+from mlx_server.services.pipeline.catalog import resolve_model
+from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.inference import count_chat_tokens, generate_chat_completion
+from mlx_server.services.pipeline.protocol import ProtocolTranslator
 
 translator = ProtocolTranslator()
 

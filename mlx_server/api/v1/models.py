@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from mlx_server.database import SessionDep
 from mlx_server.schemas.openai import ModelList, ModelObject
-from mlx_server.services.catalog import get_model_object, list_model_objects
+from mlx_server.services.pipeline.catalog import get_model_object, list_model_objects
 
 router = APIRouter(tags=["models"])
 

@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.audit import audit_service, reset_audit_service
+from mlx_server.services.operations.audit import audit_service, reset_audit_service
 
 CHAT = "POST /v1/chat/completions"
 NOW = utcnow()

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mlx_server.parsers.base import ThinkingParser, ToolCallParser
 from mlx_server.parsers.null import NullThinkingParser, NullToolParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
-from mlx_server.services.streaming import ParseResult, StreamingProcessor, parse_output
+from mlx_server.services.pipeline.streaming import ParseResult, StreamingProcessor, parse_output
 from tests.mlx_server.parsers.corpus import ParserCase
 
 CORPUS = Path(__file__).parent / "corpus"

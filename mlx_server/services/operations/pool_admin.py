@@ -13,7 +13,7 @@ from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.pool import get_model_pool
-from mlx_server.services.setting_overrides import delete_override, read_override, write_override
+from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
 from mlx_server.utils.memory import (
     GB,
     active_memory_bytes,

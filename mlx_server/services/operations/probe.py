@@ -28,9 +28,9 @@ from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.records import ModelCapabilities, utcnow
-from mlx_server.services.generation import CompletionStats, GenerationParams, generate_text
-from mlx_server.services.inference import encode, max_tokens_for, open_model
-from mlx_server.services.sampling import SamplingParams
+from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
+from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
+from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.utils.memory import GB, activation_bytes, kv_bytes_per_token, practical_max_tokens
 from mlx_server.utils.metal import run_on_metal_thread
 

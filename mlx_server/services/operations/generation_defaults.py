@@ -9,7 +9,7 @@ from typing import TypeGuard
 from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.services.setting_overrides import (
+from mlx_server.services.operations.setting_overrides import (
     cached_override,
     delete_override,
     read_override,

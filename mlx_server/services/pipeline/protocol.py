@@ -24,9 +24,9 @@ from mlx_server.schemas.anthropic import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlx_server.services.generation import GenerationParams
-from mlx_server.services.request import GenerationRequest, ToolChoice
-from mlx_server.services.sampling import SamplingParams
+from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
+from mlx_server.services.pipeline.sampling import SamplingParams
 
 
 class ProtocolTranslator:

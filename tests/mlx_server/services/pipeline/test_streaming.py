@@ -9,8 +9,8 @@ from mlx_server.parsers.kimi import KimiK2Parser
 from mlx_server.parsers.mistral import MistralParser
 from mlx_server.parsers.null import NullThinkingParser
 from mlx_server.parsers.thinking import ThinkTagParser
-from mlx_server.services.chat_turn import opens_thinking
-from mlx_server.services.streaming import StreamingProcessor, parse_output
+from mlx_server.services.pipeline.chat_turn import opens_thinking
+from mlx_server.services.pipeline.streaming import StreamingProcessor, parse_output
 
 
 def _calls(result: object) -> list[tuple[str, object]]:

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from typing import Any
 
-from mlx_server.services.events import (
+from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
     ReasoningDelta,

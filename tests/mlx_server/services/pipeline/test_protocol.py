@@ -17,11 +17,11 @@ from anthropic.lib.streaming._messages import accumulate_event
 
 from mlx_server.errors import APIError
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest
-from mlx_server.services import anthropic_render
-from mlx_server.services.events import Finish, FinishReason, Reply
-from mlx_server.services.generation import CompletionStats
-from mlx_server.services.protocol import ProtocolTranslator
-from tests.mlx_server.services.canned import canned_events, canned_reply, replay
+from mlx_server.services.pipeline import anthropic_render
+from mlx_server.services.pipeline.events import Finish, FinishReason, Reply
+from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.protocol import ProtocolTranslator
+from tests.mlx_server.services.pipeline.canned import canned_events, canned_reply, replay
 
 translator = ProtocolTranslator()
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from mlx_server.schemas.openai import ToolCall
-from mlx_server.services.events import (
+from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
     ReasoningDelta,

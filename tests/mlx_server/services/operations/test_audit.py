@@ -28,8 +28,8 @@ from mlx_server.database import get_engine, upgrade_database
 from mlx_server.main import AUDIT_RETENTION_JOB
 from mlx_server.main import create_app as create_server_app
 from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.audit import audit_service, reset_audit_service
-from mlx_server.services.scheduler import get_scheduler, reset_scheduler
+from mlx_server.services.operations.audit import audit_service, reset_audit_service
+from mlx_server.services.operations.scheduler import get_scheduler, reset_scheduler
 from tests.support import free_port
 
 

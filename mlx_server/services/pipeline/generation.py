@@ -19,10 +19,10 @@ from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokeni
 from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.constraints import GrammarProcessor
-from mlx_server.services.events import FinishReason, TokenLogprob, Usage
-from mlx_server.services.sampling import SamplingParams, make_processors, make_sampler
-from mlx_server.services.stop_strings import StopStringFilter
+from mlx_server.services.pipeline.constraints import GrammarProcessor
+from mlx_server.services.pipeline.events import FinishReason, TokenLogprob, Usage
+from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
+from mlx_server.services.pipeline.stop_strings import StopStringFilter
 from mlx_server.utils.metal import stream_on_metal_thread
 
 # Seconds a client told "busy" should wait before retrying.

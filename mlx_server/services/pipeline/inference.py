@@ -21,24 +21,24 @@ from mlx_server.models.adapters import ChatTemplateError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import get_model_pool
-from mlx_server.services.chat_turn import ChatTurn, forced_tool
-from mlx_server.services.constraints import (
+from mlx_server.services.operations.generation_defaults import default_max_tokens
+from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
+from mlx_server.services.pipeline.constraints import (
     GrammarProcessor,
     build_matcher,
     lark_grammar,
     special_tokens_of,
     specialize,
 )
-from mlx_server.services.events import Finish, FinishReason, GenerationEvent, Reply
-from mlx_server.services.generation import (
+from mlx_server.services.pipeline.events import Finish, FinishReason, GenerationEvent, Reply
+from mlx_server.services.pipeline.generation import (
     CompletionStats,
     GeneratedText,
     GenerationParams,
     admission,
     generate_text,
 )
-from mlx_server.services.generation_defaults import default_max_tokens
-from mlx_server.services.request import GenerationRequest, ToolChoice
+from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 
 logger = logging.getLogger("mlx_server.inference")
 

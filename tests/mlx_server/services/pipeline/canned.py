@@ -9,11 +9,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from typing import Any
 
 from mlx_server.models.adapters import create_adapter
-from mlx_server.services.chat_turn import ChatTurn
-from mlx_server.services.events import FinishReason, GenerationEvent, Reply
-from mlx_server.services.generation import CompletionStats, GeneratedText
-from mlx_server.services.inference import _chat_events
-from mlx_server.services.request import ToolChoice
+from mlx_server.services.pipeline.chat_turn import ChatTurn
+from mlx_server.services.pipeline.events import FinishReason, GenerationEvent, Reply
+from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText
+from mlx_server.services.pipeline.inference import _chat_events
+from mlx_server.services.pipeline.request import ToolChoice
 
 
 async def _pieces(text: str, size: int, reason: FinishReason) -> AsyncGenerator[GeneratedText, None]:

@@ -23,8 +23,8 @@ from sqlmodel import Session, col, delete, func, select
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.audit_search import AuditFilter
-from mlx_server.services.setting_overrides import delete_override, read_override, write_override
+from mlx_server.services.operations.audit_search import AuditFilter
+from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
 
 logger = logging.getLogger("mlx_server.audit")
 

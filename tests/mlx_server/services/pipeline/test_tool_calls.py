@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from mlx_server.parsers.base import make_tool_call
-from mlx_server.services.tool_calls import ToolCallChecker
+from mlx_server.services.pipeline.tool_calls import ToolCallChecker
 
 TOOLS = [
     {

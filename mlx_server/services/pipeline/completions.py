@@ -7,10 +7,16 @@ from dataclasses import replace
 
 from mlx_server.errors import APIError
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.events import Finish, GenerationEvent, TextDelta
-from mlx_server.services.generation import CompletionStats, GeneratedText, generate_text
-from mlx_server.services.inference import EventStream, check_logit_bias, encode, max_tokens_for, open_model
-from mlx_server.services.request import GenerationRequest
+from mlx_server.services.pipeline.events import Finish, GenerationEvent, TextDelta
+from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText, generate_text
+from mlx_server.services.pipeline.inference import (
+    EventStream,
+    check_logit_bias,
+    encode,
+    max_tokens_for,
+    open_model,
+)
+from mlx_server.services.pipeline.request import GenerationRequest
 
 
 async def generate_completion(

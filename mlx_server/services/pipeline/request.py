@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_server.services.generation import GenerationParams
-from mlx_server.services.structured_output import OutputFormat
+from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.structured_output import OutputFormat
 
 ToolChoice = str | dict[str, Any] | None
 

@@ -8,7 +8,7 @@ from typing import Any
 from mlx_server.models.adapters import ModelAdapter
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.schemas.openai import ToolCall
-from mlx_server.services.events import (
+from mlx_server.services.pipeline.events import (
     FinishReason,
     GenerationEvent,
     Notice,
@@ -20,10 +20,10 @@ from mlx_server.services.events import (
     ToolCallRejected,
     ToolCallStarted,
 )
-from mlx_server.services.request import ToolChoice
-from mlx_server.services.streaming import StreamEvent, StreamingProcessor
-from mlx_server.services.structured_output import OutputFormat, output_problem
-from mlx_server.services.tool_calls import ToolCallChecker
+from mlx_server.services.pipeline.request import ToolChoice
+from mlx_server.services.pipeline.streaming import StreamEvent, StreamingProcessor
+from mlx_server.services.pipeline.structured_output import OutputFormat, output_problem
+from mlx_server.services.pipeline.tool_calls import ToolCallChecker
 
 
 def forced_tool(tool_choice: ToolChoice) -> str | None:

@@ -26,8 +26,44 @@ def tool_schemas(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]
         function = tool.get("function") if tool.get("type", "function") == "function" else None
         if isinstance(function, dict) and isinstance(function.get("name"), str):
             parameters = function.get("parameters")
-            schemas[function["name"]] = parameters if isinstance(parameters, dict) else {}
+            schemas[function["name"]] = lenient_types(parameters) if isinstance(parameters, dict) else {}
     return schemas
+
+
+# Type names clients send that JSON Schema does not know ({"type": "float"}), read as a number.
+_NUMBER_LIKE = ("float", "double", "decimal", "int", "long", "short", "real", "numeric")
+_JSON_TYPES = frozenset({"string", "number", "integer", "boolean", "object", "array", "null"})
+# Keywords whose values are data, not schemas: a "type" inside them is left alone.
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+
+
+def _known_type(name: Any) -> str | None:
+    if not isinstance(name, str) or name in _JSON_TYPES:
+        return name if isinstance(name, str) else None
+    lowered = name.lower()
+    return "number" if any(word in lowered for word in _NUMBER_LIKE) else None
+
+
+def lenient_types(schema: Any) -> Any:
+    """`schema` with type names JSON Schema does not know made ones it does (a float- or
+    int-like name is a number) or, for any other name, dropped (unchecked): jsonschema raises
+    UnknownType for them, and a client's loose schema must not fail the turn."""
+    if isinstance(schema, list):
+        return [lenient_types(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DATA_KEYWORDS:
+            result[key] = value
+        elif key == "type" and isinstance(value, str | list):
+            names = value if isinstance(value, list) else [value]
+            known = list(dict.fromkeys(t for t in map(_known_type, names) if t is not None))
+            if known:
+                result[key] = known if isinstance(value, list) else known[0]
+        else:
+            result[key] = lenient_types(value)
+    return result
 
 
 def _coerce(value: Any, schema: dict[str, Any]) -> Any:

@@ -21,7 +21,7 @@ from mlx_server.parsers.hermes import HermesJsonParser
 from mlx_server.parsers.mistral import MistralParser
 from mlx_server.parsers.thinking import ThinkTagParser
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from mlx_server.services.probe import (
+from mlx_server.services.operations.probe import (
     STEP_NAMES,
     ProbeRunningError,
     ProbeStep,
