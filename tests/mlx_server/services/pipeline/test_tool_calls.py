@@ -80,3 +80,31 @@ def test_identical_repeats_are_dropped_but_different_arguments_are_kept() -> Non
 
 def test_a_tool_without_parameters_takes_empty_arguments() -> None:
     assert _args(ToolCallChecker(TOOLS), "no_params", {}) == {}
+
+
+def test_type_names_json_schema_does_not_know_are_read_leniently() -> None:
+    # Clients send {"type": "float"}; jsonschema raised UnknownType out of the turn for it.
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "scale",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "factor": {"type": "float"},
+                        "steps": {"type": ["int64", "null"]},
+                        "unit": {"type": "str", "enum": [{"type": "float"}, "cm"]},
+                    },
+                },
+            },
+        }
+    ]
+    checker = ToolCallChecker(tools, strict=True)
+    arguments = {"factor": "1.5", "steps": "3", "unit": "cm"}
+    assert _args(checker, "scale", arguments) == {"factor": 1.5, "steps": 3, "unit": "cm"}
+    # A float-like name is a number: text that is not one breaks the schema (strict drops it).
+    assert checker.check(make_tool_call("scale", {"factor": "big"})) is None
+    assert "is not of type 'number'" in checker.rejected[-1]
+    # Any other unknown name is unchecked, and data inside enum keeps its "type" key.
+    assert checker.schemas["scale"]["properties"]["unit"] == {"enum": [{"type": "float"}, "cm"]}
