@@ -9,12 +9,12 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
-from mlx_manager.csrf import CSRFMiddleware
 from mlx_manager.routers import audit, chat, chat_stream, downloads, hub, models, pages, server
 from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
-from mlx_manager.templating import STATIC_DIR
+from mlx_manager.web.csrf import CSRFMiddleware
+from mlx_manager.web.templating import STATIC_DIR
 from mlx_server import __version__
 from mlx_server import config as server_config
 from mlx_server.main import create_app as create_server_app

@@ -10,9 +10,9 @@ from sqlmodel import Session, col
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from mlx_manager.audit_filters import AuditQuery, parse_audit_query
-from mlx_manager.audit_streams import csv_export, jsonl_export, live_tail
-from mlx_manager.templating import render, wants_fragment
+from mlx_manager.services.audit_filters import AuditQuery, parse_audit_query
+from mlx_manager.services.audit_streams import csv_export, jsonl_export, live_tail
+from mlx_manager.web.templating import render, wants_fragment
 from mlx_server.database import SessionDep, get_engine
 from mlx_server.records import AuditLog, utcnow
 from mlx_server.services.operations.audit import (

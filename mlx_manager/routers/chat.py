@@ -28,7 +28,7 @@ from mlx_manager.services.conversations import (
 )
 from mlx_manager.services.presets import PresetError, delete_preset, list_presets, save_preset
 from mlx_manager.services.settings_store import get_chat_defaults
-from mlx_manager.templating import render, wants_fragment
+from mlx_manager.web.templating import render, wants_fragment
 from mlx_server.database import SessionDep
 from mlx_server.models.detection import read_chat_template
 from mlx_server.models.store import list_models

@@ -33,7 +33,7 @@ from mlx_manager.services.conversations import (
     rewind_to,
     update_settings,
 )
-from mlx_manager.templating import templates
+from mlx_manager.web.templating import templates
 from mlx_server.database import get_engine
 from mlx_server.models.store import get_model
 

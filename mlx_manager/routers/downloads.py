@@ -16,7 +16,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mlx_manager.services.download_state import DownloadEvent, DownloadRefused, DownloadState
 from mlx_manager.services.downloads import DownloadManager, get_download_manager
-from mlx_manager.templating import templates
+from mlx_manager.web.templating import templates
 
 router = APIRouter(prefix="/downloads")
 

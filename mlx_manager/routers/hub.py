@@ -16,7 +16,7 @@ from mlx_manager.services.hub import (
     load_hub_config,
     search_models,
 )
-from mlx_manager.templating import templates
+from mlx_manager.web.templating import templates
 from mlx_server.database import SessionDep
 from mlx_server.models.pool import get_model_pool
 

@@ -19,7 +19,7 @@ from mlx_manager.services.downloads import get_download_manager
 from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort
 from mlx_manager.services.local_models import delete_model, disk_usage, local_model, local_models
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs
-from mlx_manager.templating import render, templates, wants_fragment
+from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.config import get_settings
 from mlx_server.database import SessionDep, get_engine
 from mlx_server.errors import APIError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from mlx_manager.templating import render
+from mlx_manager.web.templating import render
 from mlx_server.database import SessionDep, database_status
 from mlx_server.models.store import list_models
 

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from mlx_manager.templating import render, templates, wants_fragment
+from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.services.operations import pool_admin
 
 router = APIRouter(prefix="/server")

@@ -13,9 +13,9 @@ from fastapi import APIRouter, Depends, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
-from mlx_manager import settings_forms as forms
 from mlx_manager.config import ManagerSettings, get_manager_settings
-from mlx_manager.templating import render, wants_fragment
+from mlx_manager.services import settings_forms as forms
+from mlx_manager.web.templating import render, wants_fragment
 from mlx_server.database import SessionDep
 from mlx_server.services.operations.audit import (
     MAX_RETENTION_DAYS,

@@ -12,7 +12,13 @@ import httpx
 from mlx_manager.records import DownloadStatus
 from tests.conftest import SMOLLM_REPO
 from tests.hub_server import HubServer
-from tests.mlx_manager.downloads_support import all_jobs, models, partial_bytes, wait_for, wait_for_status
+from tests.mlx_manager.routers.downloads_support import (
+    all_jobs,
+    models,
+    partial_bytes,
+    wait_for,
+    wait_for_status,
+)
 from tests.support import ServerProcess
 
 WEIGHTS = "model.safetensors"

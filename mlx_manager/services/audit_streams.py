@@ -26,7 +26,7 @@ from sqlmodel import Session
 from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from mlx_manager.templating import templates
+from mlx_manager.web.templating import templates
 from mlx_server.database import get_engine
 from mlx_server.records import AuditLog
 from mlx_server.services.operations.audit import audit_service

@@ -6,9 +6,9 @@ process, so the figures are the app's own time (no network): the audit pages wit
 "load more", the detail, the exports and the live tail (to the first byte), and every other
 GET page the manager registers (found from its routes, so new pages are timed too).
 
-    python -m mlx_server.benchmark.dashboard_pages [--rows 10000] [--runs 20] [--write docs/benchmarks.md]
+    python -m mlx_manager.benchmark.dashboard_pages [--rows 10000] [--runs 20] [--write docs/benchmarks.md]
 
-It imports the manager app (the dashboard lives there), unlike the server benchmarks.
+It lives with the manager: it times the manager app, in process.
 """
 
 from __future__ import annotations

@@ -10,12 +10,12 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from mlx_manager.csrf import csrf_token
 from mlx_manager.services.markdown import render_markdown
+from mlx_manager.web.csrf import csrf_token
 from mlx_server import __version__
 from mlx_server.models.pool import get_model_pool
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
 STATIC_DIR = PROJECT_ROOT / "static"
 

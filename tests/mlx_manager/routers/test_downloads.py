@@ -26,7 +26,7 @@ from mlx_server.database import get_engine
 from mlx_server.records import ModelSource
 from tests.conftest import GATED_REPO, SMOLLM_REPO
 from tests.hub_server import HubRepo, HubServer
-from tests.mlx_manager.downloads_support import job, models, partial_bytes, wait_for, wait_for_status
+from tests.mlx_manager.routers.downloads_support import job, models, partial_bytes, wait_for, wait_for_status
 from tests.support import csrf_headers
 
 WEIGHTS = "model.safetensors"
