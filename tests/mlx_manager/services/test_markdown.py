@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from mlx_manager.services.markdown import pygments_css, render_markdown
 
-PYGMENTS_CSS = Path(__file__).resolve().parents[2] / "static" / "pygments.css"
+PYGMENTS_CSS = Path(__file__).resolve().parents[3] / "static" / "pygments.css"
 COPY_BUTTON = '<button type="button" class="copy-button" data-copy>Copy</button>'
 ALLOWED_TAGS = {
     *("p", "br", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "blockquote", "ul", "ol", "li"),
