@@ -51,7 +51,8 @@ def _blocks(text: str, open_tag: str, close_tag: str) -> tuple[list[str], list[s
             break
         reasoning.append(text[start + len(open_tag) : end])
         pos = end + len(close_tag)
-    return reasoning, content
+    # An opener written inside a block (the prompt opened it, the model wrote it again) is dropped.
+    return [block.replace(open_tag, "") for block in reasoning], content
 
 
 def _joined(blocks: list[str]) -> str | None:
@@ -68,6 +69,12 @@ class _TagThinkingParser(ThinkingParser):
     @property
     def stream_markers(self) -> list[tuple[str, str]]:
         return [(self.open_tag, self.close_tag)]
+
+    @property
+    def drop_markers(self) -> list[str]:
+        # Outside a block the opener is a stream marker (which wins over a drop at the same
+        # place); inside one, the model writing it again (the prompt opened the block) is noise.
+        return [self.open_tag]
 
     def extract(self, text: str) -> str | None:
         return _joined(_blocks(text, self.open_tag, self.close_tag)[0])

@@ -9,13 +9,14 @@ import pytest
 from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.harmony import HarmonyParser, content_of, strip_harmony_control
 from mlx_server.parsers.kimi import KimiK2Parser
-from mlx_server.parsers.null import NullThinkingParser
+from mlx_server.parsers.null import NullThinkingParser, NullToolParser
 from mlx_server.parsers.thinking import (
     HarmonyThinkingParser,
     MistralThinkParser,
     ThinkTagParser,
     opens_thinking,
 )
+from mlx_server.services.pipeline.streaming import StreamingProcessor, parse_output
 from tests.mlx_server.parsers.corpus.thinking import THINKING_CASES
 
 PARSERS: dict[str, ThinkingParser] = {
@@ -148,3 +149,23 @@ def test_harmony_call_on_analysis_channel_is_not_reasoning() -> None:
     assert thinking.extract(text) is None
     assert thinking.remove(text) == text
     assert [c.function.name for c in HarmonyParser().extract(text)] == ["get_weather"]
+
+
+@pytest.mark.parametrize("parser", [ThinkTagParser(), MistralThinkParser()], ids=lambda p: p.parser_id)
+def test_opener_written_again_inside_an_opened_block_is_dropped(parser: ThinkingParser) -> None:
+    # The template ended with the opener; the model writes it again before thinking.
+    open_tag, close_tag = parser.stream_markers[0]
+    output = f"{open_tag}\nThe user wants a greeting.{close_tag}\n\nHello!"
+    result = parse_output(output, NullToolParser(), parser, starts_in_thinking=True)
+    assert result.reasoning == "\nThe user wants a greeting."
+    assert result.content == "\n\nHello!"
+    streamed = StreamingProcessor(NullToolParser(), parser, starts_in_thinking=True)
+    for char in output:
+        streamed.feed(char)
+    streamed.finish()
+    assert streamed.result == result
+    # The batch reading of the prompt's opener + the output agrees.
+    assert parser.extract(open_tag + output) == "The user wants a greeting."
+    assert parser.remove(open_tag + output) == "Hello!"
+    # Outside a block the opener still opens one.
+    assert parse_output(f"{open_tag}a{close_tag}b", NullToolParser(), parser).reasoning == "a"
