@@ -128,6 +128,12 @@ class ThinkingParser(ABC):
         return []
 
     @property
+    def block_ends_before(self) -> list[str]:
+        """Text that also ends a reasoning block where it starts and is then read as what
+        follows (harmony: the next message's header, when the analysis lacks its `<|end|>`)."""
+        return []
+
+    @property
     def supports_toggle(self) -> bool:
         """Whether the chat template takes `enable_thinking` for models of this format."""
         return False

@@ -128,6 +128,12 @@ class HarmonyThinkingParser(ThinkingParser):
         # One pair: a `<|start|>assistant` before it is header text the content step strips.
         return [("<|channel|>analysis<|message|>", "<|end|>")]
 
+    @property
+    def block_ends_before(self) -> list[str]:
+        # An analysis message the model did not close ends where the next header starts (as
+        # split_harmony reads it): the final answer after it is content, not reasoning.
+        return ["<|start|>", "<|channel|>"]
+
     @staticmethod
     def _split(text: str) -> tuple[list[str], list[str]]:
         reasoning: list[str] = []

@@ -64,6 +64,7 @@ class StreamingProcessor:
         self._tool_parser = tool_parser
         self._tool_markers = [m for m in tool_parser.stream_markers if m[0]]
         self._think_markers = [m for m in thinking_parser.stream_markers if m[0]]
+        self._think_ends_before = thinking_parser.block_ends_before
         self._leading = tool_parser.leading_markers if tools_declared else []
         self._drops = [
             (m, _DROP) for m in dict.fromkeys(tool_parser.drop_markers + thinking_parser.drop_markers)
@@ -149,12 +150,16 @@ class StreamingProcessor:
         if top is not None and top[0] == "tool":
             return self._in_tool(top[1], events)
         markers = self._tool_markers + (self._think_markers if top is None else []) + self._drops
-        ends = [top[1]] if top is not None and top[1] else []
+        # A thinking block closes at its end marker (taken out), or where one of the parser's
+        # `block_ends_before` starts (left in place: the start of what follows).
+        ends = [(top[1], top[1])] if top is not None and top[1] else []
+        ends += [(before, "") for before in self._think_ends_before] if top is not None else []
         hit = _earliest(self._buffer, markers)
-        end_at = self._buffer.find(ends[0]) if ends else -1
-        if end_at >= 0 and (hit is None or end_at <= hit[0]):  # the thinking block closes
-            self._emit(self._buffer[:end_at], events)
-            self._buffer = self._buffer[end_at + len(ends[0]) :]
+        close = _earliest(self._buffer, ends)
+        if close is not None and (hit is None or close[0] <= hit[0]):  # the thinking block closes
+            at, _, taken = close
+            self._emit(self._buffer[:at], events)
+            self._buffer = self._buffer[at + len(taken) :]
             self._stack.pop()
             return True
         if hit is not None:
@@ -176,7 +181,7 @@ class StreamingProcessor:
                 self._stack.append(("tool", end))
                 self._segment, self._segment_start = start, len(start)
             return True
-        hold = 0 if final else _partial_suffix(self._buffer, [m[0] for m in markers] + ends)
+        hold = 0 if final else _partial_suffix(self._buffer, [m[0] for m in markers + ends])
         self._emit(self._buffer[: len(self._buffer) - hold], events)
         self._buffer = self._buffer[len(self._buffer) - hold :]
         return False

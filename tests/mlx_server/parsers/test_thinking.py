@@ -169,3 +169,26 @@ def test_opener_written_again_inside_an_opened_block_is_dropped(parser: Thinking
     assert parser.remove(open_tag + output) == "Hello!"
     # Outside a block the opener still opens one.
     assert parse_output(f"{open_tag}a{close_tag}b", NullToolParser(), parser).reasoning == "a"
+
+
+@pytest.mark.parametrize("opened_by_prompt", [False, True])
+def test_harmony_analysis_without_end_is_closed_by_the_next_header(opened_by_prompt: bool) -> None:
+    analysis = "<|channel|>analysis<|message|>"
+    output = "The user says hi. Reply briefly.<|start|>assistant<|channel|>final<|message|>Hello!"
+    output = output if opened_by_prompt else analysis + output
+    parser = HarmonyThinkingParser()
+    result = parse_output(output, HarmonyParser(), parser, starts_in_thinking=opened_by_prompt)
+    assert (result.reasoning, result.content) == ("The user says hi. Reply briefly.", "Hello!")
+    streamed = StreamingProcessor(HarmonyParser(), parser, starts_in_thinking=opened_by_prompt)
+    for char in output:
+        streamed.feed(char)
+    streamed.finish()
+    assert streamed.result == result
+    batch = output if not opened_by_prompt else analysis + output
+    assert parser.extract(batch) == "The user says hi. Reply briefly."
+    assert content_of(parser.remove(batch)) == "Hello!"
+    # A bare channel header (no `<|start|>`) ends it too, and a call after it is still a call.
+    call = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}'
+    result = parse_output(analysis + "Need weather." + call, HarmonyParser(), parser)
+    assert result.reasoning == "Need weather."
+    assert [c.function.name for c in result.tool_calls] == ["get_weather"]
