@@ -55,6 +55,23 @@ def _json_at(text: str, pos: int, stop: int) -> tuple[Any, int]:
         return loads_lenient(chunk), stop
 
 
+def _array_after_text(text: str, start: int, stop: int) -> tuple[list[ToolCall], int]:
+    """The calls of the first well-formed JSON array of calls in `text[start:stop]` (a model's
+    words between `[TOOL_CALLS]` and its array), and where it ends; strict, so prose with
+    brackets is never read as a call."""
+    at = text.find("[", start, stop)
+    while at >= 0:
+        try:
+            value, end = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            value, end = None, at
+        calls = calls_from_json(value) if isinstance(value, list) else []
+        if calls and end <= stop:
+            return calls, end
+        at = text.find("[", at + 1, stop)
+    return [], start
+
+
 class MistralParser(ToolCallParser):
     """`[TOOL_CALLS]` followed by a JSON array (pre-v11) or `name[ARGS]{...}` calls (v11+)."""
 
@@ -94,6 +111,9 @@ class MistralParser(ToolCallParser):
                 call, end = self._named_call(text, start, stop)
                 if call is not None:
                     calls.append(call)
+                else:  # stray text between the marker and a call array
+                    found, end = _array_after_text(text, start, stop)
+                    calls.extend(found)
             at = text.find(TOOL_CALLS, max(end, start))
         return calls
 

@@ -171,6 +171,27 @@ def test_llama_python_sends_library_calls_to_code_interpreter() -> None:
     assert named_args(calls) == [("code_interpreter", {"code": "math.sqrt(x=2)"})]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[TOOL_CALLS] Sure, calling it now: [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        '[TOOL_CALLS]get_weather (see [docs]): [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        '[TOOL_CALLS]I will check.\n[{"name": "get_weather", "arguments": {"city": "Paris"}}]</s>',
+    ],
+)
+def test_mistral_finds_a_call_array_after_stray_text(text: str) -> None:
+    calls = PARSERS["mistral"].extract(text)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+
+
+def test_mistral_stray_text_without_a_call_array_is_no_call() -> None:
+    parser = PARSERS["mistral"]
+    assert parser.extract("[TOOL_CALLS]I cannot do that [sorry], see [1].") == []
+    assert parser.extract('[TOOL_CALLS]Example: [{"name": "Ada", "age": 36}]') == []
+
+
 def test_mistral_renders_the_v11_form() -> None:
     rendered = PARSERS["mistral"].render_calls(calls_of([("a", {"x": 1}), ("b", {})]))
     assert rendered == '[TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{}'
