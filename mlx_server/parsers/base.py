@@ -89,7 +89,7 @@ class ToolCallParser(ABC):
         """Every tool call in `text`, in order (`extract` without its guard)."""
 
     def call_grammar(self, tools: list[dict[str, Any]], *, parallel: bool) -> str | None:
-        """A grammar (llguidance Lark, see parsers/grammar.py) for a reply that is only calls to
+        """A grammar (llguidance Lark, see parsers/grammar/) for a reply that is only calls to
         `tools` in this format, with arguments matching each tool's schema; None if this format
         cannot be constrained. What it accepts, `extract` must parse."""
         return None

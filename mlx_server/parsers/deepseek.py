@@ -14,16 +14,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlx_server.parsers._deepseek_harmony_util import (
-    arguments_rules,
-    arguments_text,
-    clean_name,
-    parse_arguments,
-    per_tool,
-    regions,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import literal
+from mlx_server.parsers.call_objects import clean_name
+from mlx_server.parsers.grammar.blocks import arguments_rules, literal, per_tool
+from mlx_server.parsers.lenient_json import arguments_object, call_arguments, dump_json
+from mlx_server.parsers.tagged import regions
 from mlx_server.schemas.openai import ToolCall
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
@@ -64,7 +59,7 @@ def _call_of(piece: str) -> ToolCall | None:
     name = clean_name(name_text)
     if name is None:
         return None
-    arguments = parse_arguments(args_text)
+    arguments = arguments_object(args_text)
     return make_tool_call(name, arguments) if arguments is not None else None
 
 
@@ -95,7 +90,7 @@ class DeepSeekParser(ToolCallParser):
         if not calls:
             return ""
         body = "\n".join(
-            f"{CALL_BEGIN}function{SEP}{call.function.name}\n```json\n{arguments_text(call)}\n```{CALL_END}"
+            f"{CALL_BEGIN}function{SEP}{call.function.name}\n```json\n{dump_json(call_arguments(call))}\n```{CALL_END}"
             for call in calls
         )
         return f"{CALLS_BEGIN}{body}{CALLS_END}"

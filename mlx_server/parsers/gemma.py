@@ -13,25 +13,20 @@ import math
 import re
 from typing import Any
 
-from mlx_server.parsers._llama_mistral_util import (
-    NAME_RE,
-    Unsupported,
-    ValueGrammar,
-    alternatives,
-    call_arguments,
-    calls_from_json,
-    calls_rule,
-    dump_json,
-    grammar_tools,
-    json_calls,
-    leading_list,
-    python_calls,
-    schema_count,
-    skip_space,
-    strict_json_at,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import json_call_schema, json_rule, literal
+from mlx_server.parsers.call_objects import NAME_RE, calls_from_json, json_calls
+from mlx_server.parsers.grammar.blocks import (
+    alternatives,
+    calls_rule,
+    grammar_tools,
+    json_call_schema,
+    json_rule,
+    literal,
+)
+from mlx_server.parsers.grammar.schema import Unsupported, schema_count
+from mlx_server.parsers.grammar.values import ValueGrammar
+from mlx_server.parsers.lenient_json import call_arguments, dump_json, skip_space, strict_json_at
+from mlx_server.parsers.python_calls import leading_list, python_calls
 from mlx_server.schemas.openai import ToolCall
 
 TOOL_CALL_START = "<|tool_call>"
@@ -247,7 +242,7 @@ def _json_block(text: str, start: int) -> tuple[list[ToolCall], int] | None:
     decoded = strict_json_at(text, start)
     if decoded is None:
         return None
-    calls = calls_from_json(decoded[0])
+    calls = calls_from_json(decoded[0], all_or_none=True)
     end = skip_space(text, decoded[1])
     closed = end == len(text) or text.startswith((TOOL_CALL_END, TOOL_CALL_START, END_OF_TURN), end)
     return (calls, end) if calls and closed else None

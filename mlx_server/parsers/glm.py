@@ -20,20 +20,9 @@ import json
 import re
 from typing import Any, ClassVar
 
-from mlx_server.parsers._hermes_glm_util import (
-    ParameterGrammar,
-    ParameterSyntax,
-    arguments_object,
-    call_arguments,
-    calls_from_json,
-    decode_value,
-    encode_value,
-    loads_lenient,
-    tagged_blocks,
-    valid_name,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import (
+from mlx_server.parsers.call_objects import calls_from_json, valid_name
+from mlx_server.parsers.grammar.blocks import (
     MAX_PARALLEL_CALLS,
     json_rule,
     literal,
@@ -41,6 +30,15 @@ from mlx_server.parsers.grammar import (
     repeated,
     tool_name,
 )
+from mlx_server.parsers.grammar.parameters import ParameterGrammar, ParameterSyntax
+from mlx_server.parsers.lenient_json import (
+    arguments_object,
+    call_arguments,
+    decode_value,
+    encode_value,
+    loads_lenient,
+)
+from mlx_server.parsers.tagged import tagged_blocks
 from mlx_server.schemas.openai import ToolCall
 
 OPEN = "<tool_call>"

@@ -15,18 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_server.parsers._deepseek_harmony_util import (
-    HarmonyMessage,
-    arguments_rules,
-    arguments_text,
-    clean_name,
-    parse_arguments,
-    per_tool,
-    split_harmony,
-    strip_harmony_control,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import literal
+from mlx_server.parsers.call_objects import clean_name
+from mlx_server.parsers.grammar.blocks import arguments_rules, literal, per_tool
+from mlx_server.parsers.harmony_messages import HarmonyMessage, split_harmony, strip_harmony_control
+from mlx_server.parsers.lenient_json import arguments_object, call_arguments, dump_json
 from mlx_server.schemas.openai import ToolCall
 
 __all__ = ["HARMONY_HEADERS", "HarmonyParser", "content_of", "strip_harmony_control"]
@@ -53,7 +46,7 @@ def _call_of(message: HarmonyMessage) -> ToolCall | None:
     name = clean_name(recipient.removeprefix(_NAMESPACE))
     if name is None:
         return None
-    arguments = parse_arguments(message.body)
+    arguments = arguments_object(message.body)
     if arguments is None:
         return None
     return make_tool_call(name, arguments)
@@ -112,7 +105,7 @@ class HarmonyParser(ToolCallParser):
     def render_calls(self, calls: list[ToolCall]) -> str:
         return "".join(
             f"<|start|>assistant<|channel|>commentary to={_NAMESPACE}{call.function.name} "
-            f"<|constrain|>json<|message|>{arguments_text(call)}{_CALL_END}"
+            f"<|constrain|>json<|message|>{dump_json(call_arguments(call))}{_CALL_END}"
             for call in calls
         )
 

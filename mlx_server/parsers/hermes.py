@@ -11,15 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mlx_server.parsers._hermes_glm_util import (
-    call_arguments,
-    calls_from_json,
-    ends_inside_json_string,
-    loads_lenient,
-    tagged_blocks,
-)
 from mlx_server.parsers.base import ToolCallParser
-from mlx_server.parsers.grammar import call_object_schema, json_rule, literal, repeated
+from mlx_server.parsers.call_objects import calls_from_json
+from mlx_server.parsers.grammar.blocks import call_object_schema, json_rule, literal, repeated
+from mlx_server.parsers.lenient_json import call_arguments, loads_lenient
+from mlx_server.parsers.tagged import ends_inside_json_string, tagged_blocks
 from mlx_server.schemas.openai import ToolCall
 
 OPEN = "<tool_call>"

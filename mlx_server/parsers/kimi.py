@@ -11,16 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlx_server.parsers._deepseek_harmony_util import (
-    arguments_rules,
-    arguments_text,
-    clean_name,
-    parse_arguments,
-    per_tool,
-    regions,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import literal
+from mlx_server.parsers.call_objects import clean_name
+from mlx_server.parsers.grammar.blocks import arguments_rules, literal, per_tool
+from mlx_server.parsers.lenient_json import arguments_object, call_arguments, dump_json
+from mlx_server.parsers.tagged import regions
 from mlx_server.schemas.openai import ToolCall
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -49,7 +44,7 @@ def _call_of(piece: str) -> ToolCall | None:
     name = clean_name(match.group("name")) if match else None
     if name is None:
         return None
-    arguments = parse_arguments(args_text)
+    arguments = arguments_object(args_text)
     return make_tool_call(name, arguments) if arguments is not None else None
 
 
@@ -81,7 +76,7 @@ class KimiK2Parser(ToolCallParser):
         if not calls:
             return ""
         body = "".join(
-            f"{CALL_BEGIN}functions.{call.function.name}:{index}{ARGUMENT_BEGIN}{arguments_text(call)}{CALL_END}"
+            f"{CALL_BEGIN}functions.{call.function.name}:{index}{ARGUMENT_BEGIN}{dump_json(call_arguments(call))}{CALL_END}"
             for index, call in enumerate(calls)
         )
         return f"{SECTION_BEGIN}{body}{SECTION_END}"

@@ -12,26 +12,26 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlx_server.parsers._llama_mistral_util import (
-    NAME_RE,
-    PythonValues,
+from mlx_server.parsers.base import ToolCallParser, make_tool_call
+from mlx_server.parsers.call_objects import NAME_RE, json_calls
+from mlx_server.parsers.grammar.blocks import (
     alternatives,
-    arguments_from_text,
-    bracket_end,
-    call_arguments,
     calls_rule,
-    dump_json,
     grammar_tools,
-    json_calls,
-    parse_python,
-    python_calls,
-    render_python_call,
+    json_call_schema,
+    json_rule,
+    literal,
+)
+from mlx_server.parsers.grammar.values import PythonValues
+from mlx_server.parsers.lenient_json import (
+    arguments_object,
+    call_arguments,
+    dump_json,
     skip_space,
     strict_json_at,
     strip_fence,
 )
-from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import json_call_schema, json_rule, literal
+from mlx_server.parsers.python_calls import bracket_end, parse_python, python_calls, render_python_call
 from mlx_server.schemas.openai import ToolCall
 
 FUNCTION_START = "<function="
@@ -196,7 +196,7 @@ class LlamaXmlParser(ToolCallParser):
                 found.append((match.start(), pos, make_tool_call(name, arguments)))
                 continue
             stop = _next(text, match.end(), (FUNCTION_END, FUNCTION_START, END_OF_TURN, END_OF_MESSAGE))
-            lenient = arguments_from_text(text[match.end() : stop])
+            lenient = arguments_object(text[match.end() : stop])
             if lenient is not None:
                 found.append((match.start(), stop, make_tool_call(name, lenient)))
         return found

@@ -16,18 +16,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlx_server.parsers._hermes_glm_util import (
-    ParameterGrammar,
-    ParameterSyntax,
-    arguments_object,
-    call_arguments,
-    decode_value,
-    encode_value,
-    tagged_blocks,
-    valid_name,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import MAX_PARALLEL_CALLS, json_rule, literal, parameters_schema, tool_name
+from mlx_server.parsers.call_objects import valid_name
+from mlx_server.parsers.grammar.blocks import (
+    MAX_PARALLEL_CALLS,
+    json_rule,
+    literal,
+    parameters_schema,
+    tool_name,
+)
+from mlx_server.parsers.grammar.parameters import ParameterGrammar, ParameterSyntax
+from mlx_server.parsers.lenient_json import arguments_object, call_arguments, decode_value, encode_value
+from mlx_server.parsers.tagged import tagged_blocks
 from mlx_server.schemas.openai import ToolCall
 
 OPEN = "<minimax:tool_call>"

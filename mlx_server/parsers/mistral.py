@@ -11,22 +11,19 @@ Mistral models end the turn after their calls, so a call runs to the end of the 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from mlx_server.parsers._llama_mistral_util import (
-    NAME_RE,
-    alternatives,
-    arguments_from_value,
-    call_arguments,
-    calls_from_json,
-    calls_rule,
-    dump_json,
-    grammar_tools,
-    loads_lenient,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import json_rule, literal
+from mlx_server.parsers.call_objects import NAME_RE, calls_from_json
+from mlx_server.parsers.grammar.blocks import alternatives, calls_rule, grammar_tools, json_rule, literal
+from mlx_server.parsers.lenient_json import (
+    arguments_object,
+    call_arguments,
+    dump_json,
+    loads_lenient,
+    skip_space,
+    strict_json_at,
+)
 from mlx_server.schemas.openai import ToolCall
 
 TOOL_CALLS = "[TOOL_CALLS]"
@@ -34,25 +31,14 @@ ARGS = "[ARGS]"
 CALL_ID = "[CALL_ID]"
 END_OF_SEQUENCE = "</s>"
 
-_DECODER = json.JSONDecoder()
-
-
-def _skip_space(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos].isspace():
-        pos += 1
-    return pos
-
 
 def _json_at(text: str, pos: int, stop: int) -> tuple[Any, int]:
     """The JSON value at `pos` and where it ends: strictly if it is well formed (so a value may
     hold `[TOOL_CALLS]` in a string), else leniently over the text up to `stop`."""
-    pos = _skip_space(text, pos)
-    try:
-        value, end = _DECODER.raw_decode(text, pos)
-        return value, end
-    except ValueError:
-        chunk = text[pos:stop].replace(END_OF_SEQUENCE, "")
-        return loads_lenient(chunk), stop
+    decoded = strict_json_at(text, pos)
+    if decoded is not None:
+        return decoded
+    return loads_lenient(text[skip_space(text, pos) : stop].replace(END_OF_SEQUENCE, "")), stop
 
 
 def _array_after_text(text: str, start: int, stop: int) -> tuple[list[ToolCall], int]:
@@ -61,11 +47,8 @@ def _array_after_text(text: str, start: int, stop: int) -> tuple[list[ToolCall],
     brackets is never read as a call."""
     at = text.find("[", start, stop)
     while at >= 0:
-        try:
-            value, end = _DECODER.raw_decode(text, at)
-        except (ValueError, RecursionError):
-            value, end = None, at
-        calls = calls_from_json(value) if isinstance(value, list) else []
+        value, end = strict_json_at(text, at) or (None, at)
+        calls = calls_from_json(value, all_or_none=True) if isinstance(value, list) else []
         if calls and end <= stop:
             return calls, end
         at = text.find("[", at + 1, stop)
@@ -95,18 +78,19 @@ class MistralParser(ToolCallParser):
             if not stripped.startswith("["):
                 return []
             value, _ = _json_at(stripped, 0, len(stripped))
-            return calls_from_json(value)
+            return calls_from_json(value, all_or_none=True)
         calls: list[ToolCall] = []
         while at >= 0:
-            start = _skip_space(text, at + len(TOOL_CALLS))
+            start = skip_space(text, at + len(TOOL_CALLS))
             stop = text.find(TOOL_CALLS, start)
             stop = len(text) if stop < 0 else stop
             if text.startswith(("[", "{"), start):
                 value, end = _json_at(text, start, stop)
-                calls.extend(calls_from_json(value))
+                calls.extend(calls_from_json(value, all_or_none=True))
             elif text.startswith("```", start):  # a fenced array
                 end = stop
-                calls.extend(calls_from_json(loads_lenient(text[start:stop].replace(END_OF_SEQUENCE, ""))))
+                fenced = loads_lenient(text[start:stop].replace(END_OF_SEQUENCE, ""))
+                calls.extend(calls_from_json(fenced, all_or_none=True))
             else:
                 call, end = self._named_call(text, start, stop)
                 if call is not None:
@@ -123,7 +107,7 @@ class MistralParser(ToolCallParser):
         match = NAME_RE.match(text, start)
         if match is None or match.end() > stop:
             return None, start
-        name, pos = match.group(), _skip_space(text, match.end())
+        name, pos = match.group(), skip_space(text, match.end())
         if text.startswith(CALL_ID, pos):
             pos += len(CALL_ID)
             while pos < stop and not text.startswith(ARGS, pos) and text[pos] != "{":
@@ -135,7 +119,7 @@ class MistralParser(ToolCallParser):
         if not text[pos:stop].replace(END_OF_SEQUENCE, "").strip():
             return make_tool_call(name, {}), stop
         value, end = _json_at(text, pos, stop)
-        arguments = arguments_from_value(value) if isinstance(value, dict | str) else None
+        arguments = arguments_object(value) if isinstance(value, dict | str) else None
         if arguments is None:
             return None, stop
         return make_tool_call(name, arguments), end

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_server.parsers._llama_mistral_util import (
-    PythonValues,
-    alternatives,
-    call_arguments,
-    grammar_tools,
-    is_keyword_name,
-    leading_list,
-    python_calls,
-    render_python_call,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import MAX_PARALLEL_CALLS
+from mlx_server.parsers.grammar.blocks import MAX_PARALLEL_CALLS, alternatives, grammar_tools
+from mlx_server.parsers.grammar.values import PythonValues
+from mlx_server.parsers.lenient_json import call_arguments
+from mlx_server.parsers.python_calls import is_keyword_name, leading_list, python_calls, render_python_call
 from mlx_server.schemas.openai import ToolCall
 
 PYTHON_START = "<|python_start|>"

@@ -21,19 +21,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from mlx_server.parsers._hermes_glm_util import (
-    ParameterGrammar,
-    ParameterSyntax,
-    call_arguments,
-    calls_from_json,
-    decode_value,
-    encode_value,
-    loads_lenient,
-    tagged_blocks,
-    valid_name,
-)
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
-from mlx_server.parsers.grammar import (
+from mlx_server.parsers.call_objects import calls_from_json, valid_name
+from mlx_server.parsers.grammar.blocks import (
     call_object_schema,
     json_rule,
     literal,
@@ -41,6 +31,9 @@ from mlx_server.parsers.grammar import (
     repeated,
     tool_name,
 )
+from mlx_server.parsers.grammar.parameters import ParameterGrammar, ParameterSyntax
+from mlx_server.parsers.lenient_json import call_arguments, decode_value, encode_value, loads_lenient
+from mlx_server.parsers.tagged import tagged_blocks
 from mlx_server.schemas.openai import ToolCall
 
 OPEN = "<tool_call>"

@@ -8,9 +8,9 @@ is still in the reasoning text for the tool parser to find.
 
 from __future__ import annotations
 
-from mlx_server.parsers._deepseek_harmony_util import split_harmony
 from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.harmony import HARMONY_HEADERS
+from mlx_server.parsers.harmony_messages import split_harmony
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -15,7 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from mlx_server.parsers.base import make_tool_call
-from mlx_server.parsers.grammar import parameters_schema, tool_name
+from mlx_server.parsers.grammar.blocks import parameters_schema, tool_name
 from mlx_server.parsers.registry import TOOL_PARSERS
 from tests.mlx_server.parsers.grammar_support import TOOLS, accepts, random_outputs, smollm_grammar_tokenizer
 

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from mlx_server.parsers._hermes_glm_util import SPACE_CLASS, decode_value, encode_value, loads_lenient
+from mlx_server.parsers.grammar.parameters import SPACE_CLASS
+from mlx_server.parsers.lenient_json import decode_value, encode_value, loads_lenient
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
 from mlx_server.parsers.glm import Glm4NativeParser, Glm4XmlParser, Glm47Parser
 from mlx_server.parsers.hermes import HermesJsonParser

@@ -108,3 +108,38 @@ def repeated(rule: str, *, parallel: bool, separator: str = "\n") -> str:
     if parallel:
         return f"start: {rule} ({literal(separator)} {rule}){{0,{MAX_PARALLEL_CALLS - 1}}}"
     return f"start: {rule}"
+
+
+def calls_rule(parallel: bool) -> str:
+    """One `call`, or calls back to back up to MAX_PARALLEL_CALLS when parallel calls are allowed."""
+    return f"call{{1,{MAX_PARALLEL_CALLS}}}" if parallel else "call"
+
+
+def alternatives(options: list[str]) -> str:
+    """One of `options` (each once) as a Lark expression."""
+    options = list(dict.fromkeys(options))
+    return options[0] if len(options) == 1 else "(" + " | ".join(options) + ")"
+
+
+def grammar_tools(
+    tools: list[dict[str, Any]], writable: Callable[[str], bool]
+) -> list[tuple[str, dict[str, Any]]]:
+    """(name, parameters schema) of each tool whose name the format can write, once per name."""
+    found: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        name = tool_name(tool)
+        if name and writable(name) and name not in found:
+            found[name] = parameters_schema(tool)
+    return list(found.items())
+
+
+def arguments_rules(tools: list[dict[str, Any]]) -> list[str]:
+    """`args_I`: the arguments of the I-th tool, JSON matching its `parameters` schema."""
+    return [f"args_{i}: {json_rule(parameters_schema(tool))}" for i, tool in enumerate(tools)]
+
+
+def per_tool(rule: str, tools: list[dict[str, Any]], call: Callable[[str, str], str]) -> list[str]:
+    """`rule`: one of the tools' calls, each `call(name literal, arguments rule)` for one tool."""
+    return [f"{rule}: " + " | ".join(f"{rule}_{i}" for i in range(len(tools)))] + [
+        f"{rule}_{i}: {call(literal(tool_name(tool)), f'args_{i}')}" for i, tool in enumerate(tools)
+    ]
