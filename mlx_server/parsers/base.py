@@ -22,7 +22,7 @@ import json
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from mlx_server.schemas.openai import FunctionCall, ToolCall
 
@@ -44,27 +44,32 @@ def make_tool_call(name: str, arguments: Any) -> ToolCall:
     return ToolCall(id=new_call_id(), function=FunctionCall(name=name, arguments=text))
 
 
-class ToolCallParser(ABC):
-    """Extracts tool calls in one output format, in streaming and batch mode alike."""
+class Parser(ABC):
+    """What tool and thinking parsers share: their id and the markers the StreamingProcessor
+    routes by."""
 
-    @property
-    @abstractmethod
-    def parser_id(self) -> str:
-        """Identifier stored in the database (e.g. 'hermes_json')."""
+    # Identifier stored in the database (e.g. 'hermes_json', 'think_tag'); the registry's key.
+    parser_id: ClassVar[str]
 
     @property
     @abstractmethod
     def stream_markers(self) -> list[tuple[str, str]]:
-        """(start, end) marker pairs that delimit a call in the output; end "" = to the end."""
+        """(start, end) marker pairs that delimit a call (or reasoning) in the output; end "" =
+        to the end."""
+
+    @property
+    def drop_markers(self) -> list[str]:
+        """Control text that is never content or reasoning (harmony's message headers); removed
+        wherever it is."""
+        return []
+
+
+class ToolCallParser(Parser):
+    """Extracts tool calls in one output format, in streaming and batch mode alike."""
 
     @property
     def leading_markers(self) -> list[str]:
         """Starts of an output that may be a call written without markers (recovery)."""
-        return []
-
-    @property
-    def drop_markers(self) -> list[str]:
-        """Control text that is never content (harmony's message headers); removed wherever it is."""
         return []
 
     def marker_inside_call(self, body: str) -> bool:
@@ -109,23 +114,8 @@ class ToolCallParser(ABC):
         return any(call.function.name == expected_fn for call in self.extract(text))
 
 
-class ThinkingParser(ABC):
+class ThinkingParser(Parser):
     """Extracts reasoning blocks; some models toggle thinking per request via the template."""
-
-    @property
-    @abstractmethod
-    def parser_id(self) -> str:
-        """Identifier stored in the database (e.g. 'think_tag')."""
-
-    @property
-    @abstractmethod
-    def stream_markers(self) -> list[tuple[str, str]]:
-        """(start, end) marker pairs that delimit reasoning in the output."""
-
-    @property
-    def drop_markers(self) -> list[str]:
-        """Control text that is never content or reasoning; removed wherever it is."""
-        return []
 
     @property
     def block_ends_before(self) -> list[str]:

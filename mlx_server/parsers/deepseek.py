@@ -66,9 +66,7 @@ def _call_of(piece: str) -> ToolCall | None:
 class DeepSeekParser(ToolCallParser):
     """DeepSeek V3, R1 (and their distills that keep the tokens) and V3.1 tool calls."""
 
-    @property
-    def parser_id(self) -> str:
-        return "deepseek"
+    parser_id = "deepseek"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

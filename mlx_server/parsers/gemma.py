@@ -252,9 +252,7 @@ class Gemma4Parser(ToolCallParser):
     """Gemma 4 `<|tool_call>call:name{...}<tool_call|>` calls and Gemma 3 ```tool_code fences
     anywhere; a `[func(...)]` list or JSON call object the reply starts with (Gemma 3 prompts)."""
 
-    @property
-    def parser_id(self) -> str:
-        return "gemma4"
+    parser_id = "gemma4"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

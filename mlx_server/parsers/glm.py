@@ -96,9 +96,7 @@ class Glm4NativeParser(ToolCallParser):
     _AFTER_NAME: ClassVar[str] = "\n"
     _CALL_SEPARATOR: ClassVar[str] = "\n"
 
-    @property
-    def parser_id(self) -> str:
-        return "glm4_native"
+    parser_id = "glm4_native"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:
@@ -160,9 +158,7 @@ class Glm47Parser(Glm4NativeParser):
     _AFTER_NAME = ""
     _CALL_SEPARATOR = ""
 
-    @property
-    def parser_id(self) -> str:
-        return "glm47"
+    parser_id = "glm47"
 
     def render_calls(self, calls: list[ToolCall]) -> str:
         blocks = []
@@ -194,9 +190,7 @@ class Glm4XmlParser(ToolCallParser):
     """`<tool_call><name>fn</name><arguments>{...}</arguments></tool_call>`: the format GLM-4
     models are prompted to write when their template has no native tool support."""
 
-    @property
-    def parser_id(self) -> str:
-        return "glm4_xml"
+    parser_id = "glm4_xml"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

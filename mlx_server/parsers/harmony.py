@@ -71,9 +71,7 @@ def content_of(text: str) -> str:
 class HarmonyParser(ToolCallParser):
     """gpt-oss (harmony) function calls: one message per call, the recipient names the function."""
 
-    @property
-    def parser_id(self) -> str:
-        return "harmony"
+    parser_id = "harmony"
 
     @property
     def drop_markers(self) -> list[str]:

@@ -23,9 +23,7 @@ CLOSE = "</tool_call>"
 
 
 class HermesJsonParser(ToolCallParser):
-    @property
-    def parser_id(self) -> str:
-        return "hermes_json"
+    parser_id = "hermes_json"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

@@ -51,9 +51,7 @@ def _call_of(piece: str) -> ToolCall | None:
 class KimiK2Parser(ToolCallParser):
     """Kimi K2 (Instruct, Thinking) tool calls."""
 
-    @property
-    def parser_id(self) -> str:
-        return "kimi_k2"
+    parser_id = "kimi_k2"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

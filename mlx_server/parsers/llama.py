@@ -158,9 +158,7 @@ class LlamaXmlParser(ToolCallParser):
     """Llama 3.x: `<function=name>{...}</function>` anywhere, a bare JSON call object the reply
     starts with, and `<|python_tag|>` calls (so one parser covers every form a Llama 3 writes)."""
 
-    @property
-    def parser_id(self) -> str:
-        return "llama_xml"
+    parser_id = "llama_xml"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:
@@ -223,9 +221,7 @@ class LlamaPythonParser(ToolCallParser):
     """Llama 3.1 built-in tools: `<|python_tag|>brave_search.call(query="...")<|eom_id|>`, a JSON
     call object after the tag, or code for code_interpreter."""
 
-    @property
-    def parser_id(self) -> str:
-        return "llama_python"
+    parser_id = "llama_python"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

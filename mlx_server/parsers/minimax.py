@@ -83,9 +83,7 @@ def _invoke_call(body: str, closed: bool) -> ToolCall | None:
 
 
 class MinimaxM2Parser(ToolCallParser):
-    @property
-    def parser_id(self) -> str:
-        return "minimax_m2"
+    parser_id = "minimax_m2"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

@@ -58,9 +58,7 @@ def _array_after_text(text: str, start: int, stop: int) -> tuple[list[ToolCall],
 class MistralParser(ToolCallParser):
     """`[TOOL_CALLS]` followed by a JSON array (pre-v11) or `name[ARGS]{...}` calls (v11+)."""
 
-    @property
-    def parser_id(self) -> str:
-        return "mistral"
+    parser_id = "mistral"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

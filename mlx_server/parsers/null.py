@@ -7,9 +7,7 @@ from mlx_server.schemas.openai import ToolCall
 
 
 class NullToolParser(ToolCallParser):
-    @property
-    def parser_id(self) -> str:
-        return "null"
+    parser_id = "null"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:
@@ -23,9 +21,7 @@ class NullToolParser(ToolCallParser):
 
 
 class NullThinkingParser(ThinkingParser):
-    @property
-    def parser_id(self) -> str:
-        return "null"
+    parser_id = "null"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

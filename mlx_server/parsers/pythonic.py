@@ -33,9 +33,7 @@ class PythonicParser(ToolCallParser):
     later in prose, `[get_weather(city="Paris")]` is an example being talked about.
     """
 
-    @property
-    def parser_id(self) -> str:
-        return "pythonic"
+    parser_id = "pythonic"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

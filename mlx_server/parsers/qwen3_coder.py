@@ -84,9 +84,7 @@ def _function_call(body: str, closed: bool) -> ToolCall | None:
 
 
 class Qwen3CoderParser(ToolCallParser):
-    @property
-    def parser_id(self) -> str:
-        return "qwen3_coder"
+    parser_id = "qwen3_coder"
 
     @property
     def stream_markers(self) -> list[tuple[str, str]]:

@@ -87,9 +87,7 @@ class _TagThinkingParser(ThinkingParser):
 class ThinkTagParser(_TagThinkingParser):
     """`<think>…</think>`: Qwen3, GLM-4.5+, DeepSeek-R1, Kimi K2 Thinking, MiniMax M2."""
 
-    @property
-    def parser_id(self) -> str:
-        return "think_tag"
+    parser_id = "think_tag"
 
     @property
     def supports_toggle(self) -> bool:
@@ -102,9 +100,7 @@ class MistralThinkParser(_TagThinkingParser):
     open_tag = "[THINK]"
     close_tag = "[/THINK]"
 
-    @property
-    def parser_id(self) -> str:
-        return "mistral_think"
+    parser_id = "mistral_think"
 
 
 class HarmonyThinkingParser(ThinkingParser):
@@ -115,9 +111,7 @@ class HarmonyThinkingParser(ThinkingParser):
     needs them, and `harmony.content_of` turns what is left into content.
     """
 
-    @property
-    def parser_id(self) -> str:
-        return "harmony_analysis"
+    parser_id = "harmony_analysis"
 
     @property
     def drop_markers(self) -> list[str]:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_server.parsers.registry import TOOL_PARSERS, resolve_thinking_parser, resolve_tool_parser
+from mlx_server.parsers.registry import (
+    THINKING_PARSERS,
+    TOOL_PARSERS,
+    resolve_thinking_parser,
+    resolve_tool_parser,
+)
 
 HOSTILE = [
     "{" * 3_000,
@@ -29,3 +34,13 @@ def test_unknown_ids_name_the_known_ones() -> None:
         resolve_tool_parser("hermes")
     with pytest.raises(KeyError, match="think_tag"):
         resolve_thinking_parser("thinking")
+
+
+def test_each_id_is_its_class_attribute() -> None:
+    # The id the database stores is readable from the class, without an instance.
+    for registry in (TOOL_PARSERS, THINKING_PARSERS):
+        assert {parser_id: cls.parser_id for parser_id, cls in registry.items()} == {
+            parser_id: parser_id for parser_id in registry
+        }
+        # Set on each class itself: a subclass (glm47 of glm4_native) does not inherit an id.
+        assert all("parser_id" in vars(cls) for cls in registry.values())
