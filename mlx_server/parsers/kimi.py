@@ -15,7 +15,7 @@ from mlx_server.parsers.base import ToolCallParser, make_tool_call
 from mlx_server.parsers.call_objects import clean_name
 from mlx_server.parsers.grammar.blocks import arguments_rules, literal, per_tool
 from mlx_server.parsers.lenient_json import arguments_object, call_arguments, dump_json
-from mlx_server.parsers.tagged import regions
+from mlx_server.parsers.tagged import section_calls
 from mlx_server.schemas.openai import ToolCall
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -62,13 +62,7 @@ class KimiK2Parser(ToolCallParser):
         ]
 
     def extract_calls(self, text: str) -> list[ToolCall]:
-        calls: list[ToolCall] = []
-        for region in regions(text, _OPEN_RE, _CLOSE_RE):
-            for piece in _SPLIT_RE.split(region):
-                call = _call_of(piece)
-                if call is not None:
-                    calls.append(call)
-        return calls
+        return section_calls(text, _OPEN_RE, _CLOSE_RE, _SPLIT_RE, _call_of)
 
     def render_calls(self, calls: list[ToolCall]) -> str:
         if not calls:

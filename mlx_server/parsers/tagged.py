@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from mlx_server.schemas.openai import ToolCall
+
 
 def tagged_blocks(
     text: str,
@@ -52,13 +54,25 @@ def ends_inside_json_string(text: str) -> bool:
     return inside
 
 
-def regions(text: str, opener: re.Pattern[str], closer: re.Pattern[str]) -> Iterator[str]:
-    """Each stretch from an opener to the next closer (or the end of the text): the sections of
-    calls in formats that wrap them in begin/end tokens (DeepSeek, Kimi)."""
+def section_calls(
+    text: str,
+    opener: re.Pattern[str],
+    closer: re.Pattern[str],
+    splitter: re.Pattern[str],
+    call_of: Callable[[str], ToolCall | None],
+) -> list[ToolCall]:
+    """The calls in formats that wrap them in begin/end tokens (DeepSeek, Kimi): each stretch
+    from an opener to the next closer (or the end of the text) cut by `splitter` into pieces,
+    each read by `call_of`."""
+    calls: list[ToolCall] = []
     pos = 0
     while (start := opener.search(text, pos)) is not None:
         end = closer.search(text, start.end())
-        yield text[start.end() : end.start() if end else len(text)]
+        for piece in splitter.split(text[start.end() : end.start() if end else len(text)]):
+            call = call_of(piece)
+            if call is not None:
+                calls.append(call)
         if end is None:
-            return
+            break
         pos = end.end()
+    return calls

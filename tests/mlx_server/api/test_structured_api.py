@@ -11,6 +11,8 @@ import pytest
 from jsonschema import Draft202012Validator
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
+from tests.mlx_server.parsers.grammar_support import CITY_AND_DAYS, GET_TIME, function_tool
+
 BRIEF = {"role": "system", "content": "Reply briefly."}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -54,45 +56,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 TOOLS: Any = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string", "maxLength": 20},
-                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
-                },
-                "required": ["city", "days"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "get_time",
-            "parameters": {
-                "type": "object",
-                "properties": {"tz": {"enum": ["UTC", "CET", "JST"]}},
-                "required": ["tz"],
-                "additionalProperties": False,
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "convert",
-            "parameters": {
-                "type": "object",
-                "properties": {"amount": {"type": "number"}, "to": {"type": "string", "maxLength": 3}},
-                "required": ["amount", "to"],
-                "additionalProperties": False,
-            },
-        },
-    },
+    function_tool(
+        "get_weather", {**CITY_AND_DAYS, "city": {"type": "string", "maxLength": 20}}, ["city", "days"]
+    ),
+    GET_TIME,
+    function_tool(
+        "convert", {"amount": {"type": "number"}, "to": {"type": "string", "maxLength": 3}}, ["amount", "to"]
+    ),
 ]
 
 

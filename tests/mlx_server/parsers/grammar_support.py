@@ -16,96 +16,56 @@ from llguidance import LLMatcher, LLTokenizer
 
 from mlx_server.parsers.base import ToolCallParser
 
+
+def function_tool(
+    name: str, properties: dict[str, Any], required: list[str] | None = None, *, closed: bool = True
+) -> dict[str, Any]:
+    """An OpenAI function tool whose parameters are an object of `properties` (`closed`: no others)."""
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required is not None:
+        parameters["required"] = required
+    if closed:
+        parameters["additionalProperties"] = False
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+CITY_AND_DAYS = {
+    "city": {"type": "string", "maxLength": 12},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+}
+GET_TIME = function_tool("get_time", {"tz": {"enum": ["UTC", "CET", "JST"]}}, ["tz"])
+_ADDRESS = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 10}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+_SHIP = function_tool(
+    "ship",
+    {"to": {"$ref": "#/$defs/Address"}, "count": {"type": "integer", "minimum": 1, "maximum": 3}},
+    ["to", "count"],
+)
+_SHIP["function"]["parameters"] = {"$defs": {"Address": _ADDRESS}, **_SHIP["function"]["parameters"]}
+_BOOK_TABLE = {
+    "guests": {"type": "integer", "minimum": 1, "maximum": 8},
+    "vegetarian": {"type": "boolean"},
+    "notes": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 2},
+    "where": {
+        "type": "object",
+        "properties": {"area": {"type": "string", "maxLength": 8}},
+        "required": ["area"],
+        "additionalProperties": False,
+    },
+}
+
 TOOLS: dict[str, list[dict[str, Any]]] = {
     # What pydantic writes for nested models: references into $defs.
-    "schema with refs": [
-        {
-            "type": "function",
-            "function": {
-                "name": "ship",
-                "parameters": {
-                    "$defs": {
-                        "Address": {
-                            "type": "object",
-                            "properties": {"city": {"type": "string", "maxLength": 10}},
-                            "required": ["city"],
-                            "additionalProperties": False,
-                        }
-                    },
-                    "type": "object",
-                    "properties": {
-                        "to": {"$ref": "#/$defs/Address"},
-                        "count": {"type": "integer", "minimum": 1, "maximum": 3},
-                    },
-                    "required": ["to", "count"],
-                    "additionalProperties": False,
-                },
-            },
-        }
-    ],
-    "one tool": [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "city": {"type": "string", "maxLength": 12},
-                        "days": {"type": "integer", "minimum": 1, "maximum": 7},
-                    },
-                    "required": ["city", "days"],
-                    "additionalProperties": False,
-                },
-            },
-        }
-    ],
+    "schema with refs": [_SHIP],
+    "one tool": [function_tool("get_weather", CITY_AND_DAYS, ["city", "days"])],
     "three tools": [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_time",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"tz": {"enum": ["UTC", "CET", "JST"]}},
-                    "required": ["tz"],
-                    "additionalProperties": False,
-                },
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "ping",
-                "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
-            },
-        },
-        {
-            "type": "function",
-            "function": {
-                "name": "book_table",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "guests": {"type": "integer", "minimum": 1, "maximum": 8},
-                        "vegetarian": {"type": "boolean"},
-                        "notes": {
-                            "type": "array",
-                            "items": {"type": "string", "maxLength": 8},
-                            "maxItems": 2,
-                        },
-                        "where": {
-                            "type": "object",
-                            "properties": {"area": {"type": "string", "maxLength": 8}},
-                            "required": ["area"],
-                            "additionalProperties": False,
-                        },
-                    },
-                    "required": ["guests", "where"],
-                    "additionalProperties": False,
-                },
-            },
-        },
+        GET_TIME,
+        function_tool("ping", {}),
+        function_tool("book_table", _BOOK_TABLE, ["guests", "where"]),
     ],
 }
 

@@ -6,26 +6,22 @@ import json
 
 from mlx_server.parsers.base import make_tool_call
 from mlx_server.services.pipeline.tool_calls import ToolCallChecker
+from tests.mlx_server.parsers.grammar_support import function_tool
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "metric": {"type": "boolean"},
-                    "ratio": {"type": "number"},
-                    "tags": {"type": "array", "items": {"type": "integer"}},
-                    "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
-                },
-                "required": ["city"],
-            },
+    function_tool(
+        "get_weather",
+        {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "metric": {"type": "boolean"},
+            "ratio": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "integer"}},
+            "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
         },
-    },
+        ["city"],
+        closed=False,
+    ),
     {"type": "function", "function": {"name": "no_params"}},
 ]
 
@@ -84,22 +80,12 @@ def test_a_tool_without_parameters_takes_empty_arguments() -> None:
 
 def test_type_names_json_schema_does_not_know_are_read_leniently() -> None:
     # Clients send {"type": "float"}; jsonschema raised UnknownType out of the turn for it.
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "scale",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "factor": {"type": "float"},
-                        "steps": {"type": ["int64", "null"]},
-                        "unit": {"type": "str", "enum": [{"type": "float"}, "cm"]},
-                    },
-                },
-            },
-        }
-    ]
+    properties = {
+        "factor": {"type": "float"},
+        "steps": {"type": ["int64", "null"]},
+        "unit": {"type": "str", "enum": [{"type": "float"}, "cm"]},
+    }
+    tools = [function_tool("scale", properties, closed=False)]
     checker = ToolCallChecker(tools, strict=True)
     arguments = {"factor": "1.5", "steps": "3", "unit": "cm"}
     assert _args(checker, "scale", arguments) == {"factor": 1.5, "steps": 3, "unit": "cm"}
