@@ -103,15 +103,22 @@ def _value(text: str, pos: int) -> tuple[Any, int]:
     return _scalar(token), end
 
 
+def _next_item(text: str, pos: int, closer: str) -> tuple[int, int | None]:
+    """Where the next member or item of a container starts (separators skipped), and where the
+    container ends if it ends there (at `closer`, or cut short by the end of the call)."""
+    pos = _skip(text, pos, _SPACE + ",")
+    if pos >= len(text) or text.startswith((TOOL_CALL_END, END_OF_TURN), pos):
+        return pos, pos
+    return pos, (pos + 1 if text[pos] == closer else None)
+
+
 def _object(text: str, pos: int) -> tuple[dict[str, Any], int]:
     """Members from just after `{` to its `}`; a truncated object keeps what was complete."""
     result: dict[str, Any] = {}
     while True:
-        pos = _skip(text, pos, _SPACE + ",")
-        if pos >= len(text) or text.startswith((TOOL_CALL_END, END_OF_TURN), pos):
-            return result, pos
-        if text[pos] == "}":
-            return result, pos + 1
+        pos, end = _next_item(text, pos, "}")
+        if end is not None:
+            return result, end
         if text.startswith(STRING_DELIMITER, pos):
             key, pos = _string(text, pos)
             colon = _skip(text, pos, _SPACE)
@@ -129,11 +136,9 @@ def _object(text: str, pos: int) -> tuple[dict[str, Any], int]:
 def _array(text: str, pos: int) -> tuple[list[Any], int]:
     items: list[Any] = []
     while True:
-        pos = _skip(text, pos, _SPACE + ",")
-        if pos >= len(text) or text.startswith((TOOL_CALL_END, END_OF_TURN), pos):
-            return items, pos
-        if text[pos] == "]":
-            return items, pos + 1
+        pos, end = _next_item(text, pos, "]")
+        if end is not None:
+            return items, end
         value, end = _value(text, pos)
         if end == pos:  # a stray `}` or `<`: stop rather than loop
             return items, len(text)

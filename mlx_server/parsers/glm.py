@@ -23,20 +23,20 @@ from typing import Any, ClassVar
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
 from mlx_server.parsers.call_objects import calls_from_json, valid_name
 from mlx_server.parsers.grammar.blocks import (
-    MAX_PARALLEL_CALLS,
+    calls_rule,
+    grammar_tools,
     json_rule,
     literal,
-    parameters_schema,
+    one_of,
     repeated,
-    tool_name,
+    sequence,
 )
 from mlx_server.parsers.grammar.parameters import ParameterGrammar, ParameterSyntax
 from mlx_server.parsers.lenient_json import (
     arguments_object,
     call_arguments,
-    decode_value,
-    encode_value,
     loads_lenient,
+    raw_arguments,
 )
 from mlx_server.parsers.tagged import tagged_blocks
 from mlx_server.schemas.openai import ToolCall
@@ -69,11 +69,7 @@ def _native_calls(body: str, closed: bool) -> list[ToolCall]:
     if sep:
         if rest.strip():  # prose between the name and the first key: not a call
             return []
-        arguments: dict[str, Any] = {}
-        for key, value in _ARG_RE.findall(sep + pairs):
-            if key.strip():
-                arguments[key.strip()] = decode_value(value)
-        return [make_tool_call(name, arguments)]
+        return [make_tool_call(name, raw_arguments(_ARG_RE.findall(sep + pairs)))]
     if rest.strip():
         # The older GLM-4 "name\n{json}" shape, inside the tags.
         parsed = arguments_object(rest)
@@ -109,39 +105,30 @@ class Glm4NativeParser(ToolCallParser):
         return calls
 
     def render_calls(self, calls: list[ToolCall]) -> str:
-        blocks = []
-        for call in calls:
-            pairs = "".join(
-                f"{KEY}{key}</arg_key>\n<arg_value>{encode_value(value)}</arg_value>\n"
-                for key, value in call_arguments(call).items()
-            )
-            blocks.append(f"{OPEN}{call.function.name}\n{pairs}{CLOSE}")
-        return "\n".join(blocks)
+        return self._CALL_SEPARATOR.join(
+            f"{OPEN}{call.function.name}{self._AFTER_NAME}{self._SYNTAX.render(call_arguments(call))}{CLOSE}"
+            for call in calls
+        )
 
     def call_grammar(self, tools: list[dict[str, Any]], *, parallel: bool) -> str | None:
-        tools = [tool for tool in tools if valid_name(tool_name(tool))]  # names extract reads
-        if not tools:
+        usable = grammar_tools(tools, valid_name)  # names extract reads
+        if not usable:
             return None
         params = ParameterGrammar(self._SYNTAX)
         calls = []
-        for index, tool in enumerate(tools):
-            schema = parameters_schema(tool)
+        for name, schema in usable:
             arguments = params.arguments(schema)
             if arguments is None:
                 # Beyond named parameters (anyOf, patternProperties, ...): the arguments as one
                 # JSON object after the name, the older GLM-4 shape this parser also reads.
-                head = literal(OPEN + tool_name(tool) + "\n")
-                calls.append(f"call_{index}: {head} {json_rule(schema)} {literal(CLOSE)}")
+                calls.append(sequence(literal(OPEN + name + "\n"), json_rule(schema), literal(CLOSE)))
             else:
-                head = literal(OPEN + tool_name(tool) + self._AFTER_NAME)
-                body = " ".join(part for part in (head, arguments, literal(CLOSE)) if part)
-                calls.append(f"call_{index}: {body}")
+                calls.append(sequence(literal(OPEN + name + self._AFTER_NAME), arguments, literal(CLOSE)))
         if self._CALL_SEPARATOR:
             start = repeated("call", parallel=parallel, separator=self._CALL_SEPARATOR)
         else:  # back to back
-            start = f"start: call{{1,{MAX_PARALLEL_CALLS}}}" if parallel else "start: call"
-        choice = " | ".join(f"call_{index}" for index in range(len(tools)))
-        return "\n".join([start, f"call: {choice}", *calls, *params.definitions()])
+            start = f"start: {calls_rule(parallel)}"
+        return "\n".join([start, *one_of("call", calls), *params.definitions()])
 
 
 class Glm47Parser(Glm4NativeParser):
@@ -159,16 +146,6 @@ class Glm47Parser(Glm4NativeParser):
     _CALL_SEPARATOR = ""
 
     parser_id = "glm47"
-
-    def render_calls(self, calls: list[ToolCall]) -> str:
-        blocks = []
-        for call in calls:
-            pairs = "".join(
-                f"{KEY}{key}</arg_key><arg_value>{encode_value(value)}</arg_value>"
-                for key, value in call_arguments(call).items()
-            )
-            blocks.append(f"{OPEN}{call.function.name}{pairs}{CLOSE}")
-        return "".join(blocks)
 
 
 def _xml_calls(body: str) -> list[ToolCall]:
@@ -210,14 +187,15 @@ class Glm4XmlParser(ToolCallParser):
         )
 
     def call_grammar(self, tools: list[dict[str, Any]], *, parallel: bool) -> str | None:
-        tools = [tool for tool in tools if valid_name(tool_name(tool))]  # names extract reads
-        if not tools:
+        usable = grammar_tools(tools, valid_name)  # names extract reads
+        if not usable:
             return None
         calls = [
-            f"call_{index}: "
-            f"{literal(f'{OPEN}{chr(10)}<name>{tool_name(tool)}</name>{chr(10)}<arguments>')} "
-            f"{json_rule(parameters_schema(tool))} {literal(f'</arguments>{chr(10)}{CLOSE}')}"
-            for index, tool in enumerate(tools)
+            sequence(
+                literal(f"{OPEN}\n<name>{name}</name>\n<arguments>"),
+                json_rule(schema),
+                literal(f"</arguments>\n{CLOSE}"),
+            )
+            for name, schema in usable
         ]
-        choice = " | ".join(f"call_{index}" for index in range(len(tools)))
-        return "\n".join([repeated("call", parallel=parallel), f"call: {choice}", *calls])
+        return "\n".join([repeated("call", parallel=parallel), *one_of("call", calls)])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from json_repair import loads as repair_loads
@@ -156,6 +157,12 @@ def decode_value(raw: str) -> Any:
         if repaired is not None:
             return repaired
     return raw
+
+
+def raw_arguments(pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """Arguments written as (name, raw text) pairs, each value read by `decode_value`; pairs
+    without a name are left out."""
+    return {key.strip(): decode_value(value) for key, value in pairs if key.strip()}
 
 
 def encode_value(value: Any) -> str:

@@ -19,14 +19,15 @@ from typing import Any
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
 from mlx_server.parsers.call_objects import valid_name
 from mlx_server.parsers.grammar.blocks import (
-    MAX_PARALLEL_CALLS,
+    calls_rule,
+    grammar_tools,
     json_rule,
     literal,
-    parameters_schema,
-    tool_name,
+    one_of,
+    sequence,
 )
 from mlx_server.parsers.grammar.parameters import ParameterGrammar, ParameterSyntax
-from mlx_server.parsers.lenient_json import arguments_object, call_arguments, decode_value, encode_value
+from mlx_server.parsers.lenient_json import arguments_object, call_arguments, raw_arguments
 from mlx_server.parsers.tagged import tagged_blocks
 from mlx_server.schemas.openai import ToolCall
 
@@ -72,14 +73,10 @@ def _invoke_call(body: str, closed: bool) -> ToolCall | None:
     # Only whitespace may come between the invoke tag and its first parameter.
     if rest.split("<parameter", 1)[0].strip():
         return None
-    arguments: dict[str, Any] = {}
     params = _PARAM_RE.findall(body, head.end())
-    for key, value in params:
-        if key.strip():
-            arguments[key.strip()] = decode_value(value)
     if not params and not closed:
         return None
-    return make_tool_call(name, arguments)
+    return make_tool_call(name, raw_arguments(params))
 
 
 class MinimaxM2Parser(ToolCallParser):
@@ -103,36 +100,23 @@ class MinimaxM2Parser(ToolCallParser):
             return ""
         invokes = []
         for call in calls:
-            params = "".join(
-                f'<parameter name="{key}">{encode_value(value)}</parameter>\n'
-                for key, value in call_arguments(call).items()
-            )
+            params = _SYNTAX.render(call_arguments(call))
             invokes.append(f'{INVOKE} name="{call.function.name}">\n{params}{INVOKE_END}\n')
         return f"{OPEN}\n{''.join(invokes)}{CLOSE}"
 
     def call_grammar(self, tools: list[dict[str, Any]], *, parallel: bool) -> str | None:
-        tools = [tool for tool in tools if valid_name(tool_name(tool))]  # names extract reads
-        if not tools:
+        usable = grammar_tools(tools, valid_name)  # names extract reads
+        if not usable:
             return None
         params = ParameterGrammar(_SYNTAX)
         invokes = []
-        for index, tool in enumerate(tools):
-            schema = parameters_schema(tool)
-            head = literal(f'{INVOKE} name="{tool_name(tool)}">\n')
+        for name, schema in usable:
             arguments = params.arguments(schema)
             if arguments is None:
                 # Beyond named parameters (anyOf, patternProperties, ...): one JSON object.
-                arguments = f"{json_rule(schema)} {literal(chr(10))}"
-            body = " ".join(part for part in (head, arguments, literal(INVOKE_END + "\n")) if part)
-            invokes.append(f"invoke_{index}: {body}")
+                arguments = sequence(json_rule(schema), literal("\n"))
+            head = literal(f'{INVOKE} name="{name}">\n')
+            invokes.append(sequence(head, arguments, literal(INVOKE_END + "\n")))
         # Every call of the turn in one block.
-        count = f"{{1,{MAX_PARALLEL_CALLS}}}" if parallel else ""
-        choice = " | ".join(f"invoke_{index}" for index in range(len(tools)))
-        return "\n".join(
-            [
-                f"start: {literal(OPEN + chr(10))} invoke{count} {literal(CLOSE)}",
-                f"invoke: {choice}",
-                *invokes,
-                *params.definitions(),
-            ]
-        )
+        start = f"start: {literal(OPEN + chr(10))} {calls_rule(parallel)} {literal(CLOSE)}"
+        return "\n".join([start, *one_of("call", invokes), *params.definitions()])

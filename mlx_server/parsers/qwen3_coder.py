@@ -24,15 +24,16 @@ from typing import Any
 from mlx_server.parsers.base import ToolCallParser, make_tool_call
 from mlx_server.parsers.call_objects import calls_from_json, valid_name
 from mlx_server.parsers.grammar.blocks import (
-    call_object_schema,
+    grammar_tools,
+    json_call_schema,
     json_rule,
     literal,
-    parameters_schema,
+    one_of,
     repeated,
-    tool_name,
+    sequence,
 )
 from mlx_server.parsers.grammar.parameters import ParameterGrammar, ParameterSyntax
-from mlx_server.parsers.lenient_json import call_arguments, decode_value, encode_value, loads_lenient
+from mlx_server.parsers.lenient_json import call_arguments, loads_lenient, raw_arguments
 from mlx_server.parsers.tagged import tagged_blocks
 from mlx_server.schemas.openai import ToolCall
 
@@ -56,13 +57,6 @@ _SYNTAX = ParameterSyntax(
 )
 
 
-def _value(raw: str) -> Any:
-    # The template puts the value between newlines; only those two belong to the format.
-    raw = raw.removeprefix("\n")
-    raw = raw.removesuffix("\n")
-    return decode_value(raw)
-
-
 def _function_call(body: str, closed: bool) -> ToolCall | None:
     """A call from the text after `<function=`: `name>` then parameters."""
     name, sep, rest = body.partition(">")
@@ -71,16 +65,13 @@ def _function_call(body: str, closed: bool) -> ToolCall | None:
     # with one <parameter=key> each" in prose is not a call.
     if not sep or not valid_name(name) or rest.split("<parameter=", 1)[0].strip():
         return None
-    arguments: dict[str, Any] = {}
     params = _PARAM_RE.findall(rest)
-    for key, value in params:
-        key = key.strip().strip("\"'")
-        if key:
-            arguments[key] = _value(value)
     # A bare name is a call without arguments only when its function was closed.
     if not params and not closed:
         return None
-    return make_tool_call(name, arguments)
+    # The template puts each value between newlines; only those two belong to the format.
+    pairs = ((key.strip().strip("\"'"), value.removeprefix("\n").removesuffix("\n")) for key, value in params)
+    return make_tool_call(name, raw_arguments(pairs))
 
 
 class Qwen3CoderParser(ToolCallParser):
@@ -109,33 +100,24 @@ class Qwen3CoderParser(ToolCallParser):
     def render_calls(self, calls: list[ToolCall]) -> str:
         blocks = []
         for call in calls:
-            params = "".join(
-                f"<parameter={key}>\n{encode_value(value)}\n</parameter>\n"
-                for key, value in call_arguments(call).items()
-            )
+            params = _SYNTAX.render(call_arguments(call))
             blocks.append(f"{OPEN}\n{FUNCTION}{call.function.name}>\n{params}{FUNCTION_END}\n{CLOSE}")
         return "\n".join(blocks)
 
     def call_grammar(self, tools: list[dict[str, Any]], *, parallel: bool) -> str | None:
-        tools = [tool for tool in tools if valid_name(tool_name(tool))]  # names extract reads
-        if not tools:
+        usable = grammar_tools(tools, valid_name)  # names extract reads
+        if not usable:
             return None
         params = ParameterGrammar(_SYNTAX)
         calls = []
-        for index, tool in enumerate(tools):
-            arguments = params.arguments(parameters_schema(tool))
+        for name, schema in usable:
+            arguments = params.arguments(schema)
             if arguments is None:
                 # Beyond named parameters (anyOf, patternProperties, ...): the Hermes JSON body
                 # inside <tool_call>, which this parser also reads.
-                call_json = json_rule(call_object_schema([tool]))
-                body = f"{literal(OPEN + chr(10))} {call_json} {literal(chr(10) + CLOSE)}"
+                call_json = json_rule(json_call_schema([(name, schema)], "arguments"))
+                calls.append(sequence(literal(OPEN + "\n"), call_json, literal("\n" + CLOSE)))
             else:
-                head = literal(f"{OPEN}\n{FUNCTION}{tool_name(tool)}>\n")
-                body = " ".join(
-                    part for part in (head, arguments, literal(f"{FUNCTION_END}\n{CLOSE}")) if part
-                )
-            calls.append(f"call_{index}: {body}")
-        choice = " | ".join(f"call_{index}" for index in range(len(tools)))
-        return "\n".join(
-            [repeated("call", parallel=parallel), f"call: {choice}", *calls, *params.definitions()]
-        )
+                head = literal(f"{OPEN}\n{FUNCTION}{name}>\n")
+                calls.append(sequence(head, arguments, literal(f"{FUNCTION_END}\n{CLOSE}")))
+        return "\n".join([repeated("call", parallel=parallel), *one_of("call", calls), *params.definitions()])

@@ -138,8 +138,17 @@ def arguments_rules(tools: list[dict[str, Any]]) -> list[str]:
     return [f"args_{i}: {json_rule(parameters_schema(tool))}" for i, tool in enumerate(tools)]
 
 
+def one_of(rule: str, bodies: list[str]) -> list[str]:
+    """`rule`: one of `bodies`, each the rule `{rule}_I` of its own."""
+    choice = " | ".join(f"{rule}_{i}" for i in range(len(bodies)))
+    return [f"{rule}: {choice}", *(f"{rule}_{i}: {body}" for i, body in enumerate(bodies))]
+
+
 def per_tool(rule: str, tools: list[dict[str, Any]], call: Callable[[str, str], str]) -> list[str]:
     """`rule`: one of the tools' calls, each `call(name literal, arguments rule)` for one tool."""
-    return [f"{rule}: " + " | ".join(f"{rule}_{i}" for i in range(len(tools)))] + [
-        f"{rule}_{i}: {call(literal(tool_name(tool)), f'args_{i}')}" for i, tool in enumerate(tools)
-    ]
+    return one_of(rule, [call(literal(tool_name(tool)), f"args_{i}") for i, tool in enumerate(tools)])
+
+
+def sequence(*parts: str) -> str:
+    """Lark expressions one after the other, empty ones left out."""
+    return " ".join(part for part in parts if part)

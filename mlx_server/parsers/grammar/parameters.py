@@ -78,6 +78,14 @@ class ParameterSyntax:
     # Characters a parameter name may not contain (it would not read back).
     key_forbidden: str
 
+    def render(self, arguments: dict[str, Any]) -> str:
+        """`arguments` written this way, each value raw unless it would read back as something
+        else (`encode_value`): how the templates write history, and what the grammar accepts."""
+        return "".join(
+            f"{self.key_open}{key}{self.key_close}{encode_value(value)}{self.value_close}{self.after}"
+            for key, value in arguments.items()
+        )
+
 
 def _refs(schema: Any) -> Iterator[Any]:
     """Every `$ref` value in `schema`."""
