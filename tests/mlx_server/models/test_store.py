@@ -10,9 +10,12 @@ from sqlmodel import Session
 from mlx_server.config import get_settings
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.store import (
+    DEFAULT_EMBEDDING_MODEL_ID,
     DEFAULT_MODEL_ID,
     ModelStoreError,
-    ensure_default_model,
+    default_embedding_model_dir,
+    ensure_default_models,
+    import_directory,
     import_gguf,
     list_models,
 )
@@ -69,8 +72,24 @@ def test_hub_style_ids_map_to_flat_directories(session: Session, smollm_gguf: Pa
     assert Path(record.path) == _models_dir() / "local--smol"
 
 
-def test_default_model_is_imported_once(session: Session) -> None:
-    imported = ensure_default_model(session, _models_dir())
-    assert imported is not None and imported.id == DEFAULT_MODEL_ID
-    assert ensure_default_model(session, _models_dir()) is None
-    assert [m.id for m in list_models(session)] == [DEFAULT_MODEL_ID]
+def test_default_models_are_imported_once(session: Session) -> None:
+    imported = ensure_default_models(session, _models_dir())
+    assert [m.id for m in imported] == [DEFAULT_MODEL_ID, DEFAULT_EMBEDDING_MODEL_ID]
+    assert ensure_default_models(session, _models_dir()) == []
+    assert [m.id for m in list_models(session)] == [DEFAULT_MODEL_ID, DEFAULT_EMBEDDING_MODEL_ID]
+    embedding = Path(imported[1].path)
+    assert embedding == _models_dir() / DEFAULT_EMBEDDING_MODEL_ID and imported[1].source == ModelSource.LOCAL
+    for name in ("model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json"):
+        assert (embedding / name).is_file(), name
+    assert not (embedding / ".gitattributes").exists()
+    assert imported[1].size_bytes > 80 * 2**20
+
+
+def test_directory_import_keeps_database_and_disk_in_agreement(session: Session) -> None:
+    import_directory(session, default_embedding_model_dir(), _models_dir(), "minilm")
+    with pytest.raises(ModelStoreError, match="already exists"):
+        import_directory(session, default_embedding_model_dir(), _models_dir(), "minilm")
+    with pytest.raises(ModelStoreError, match="invalid model id"):
+        import_directory(session, default_embedding_model_dir(), _models_dir(), "../escape")
+    assert [p.name for p in _models_dir().iterdir()] == ["minilm"]
+    assert [m.id for m in list_models(session)] == ["minilm"]
