@@ -39,7 +39,7 @@ def _check_type(model_id: str, actual: ModelType, wanted: ModelType | None) -> N
         return
     raise APIError(
         400,
-        f"Model {model_id!r} is a {actual} model; use {ENDPOINTS[actual]} with it "
+        f"Model {model_id!r} is of type {actual}; use {ENDPOINTS[actual]} with it "
         f"(this endpoint serves {wanted} models).",
         param="model",
         code="wrong_model_type",
@@ -97,8 +97,8 @@ class ModelPoolManager:
         loaded.last_used = time.time()
 
     @asynccontextmanager
-    async def lease(self, model_id: str) -> AsyncIterator[LoadedModel]:
-        loaded = await self.acquire(model_id)
+    async def lease(self, model_id: str, model_type: ModelType | None = None) -> AsyncIterator[LoadedModel]:
+        loaded = await self.acquire(model_id, model_type)
         try:
             yield loaded
         finally:
@@ -124,9 +124,11 @@ class ModelPoolManager:
     def apply_capabilities(self, capabilities: ModelCapabilities) -> None:
         """A loaded model takes a new probe's parsers now rather than at its next load."""
         loaded = self._models.get(capabilities.model_id)
-        if loaded is not None:
+        if loaded is None:
+            return
+        if loaded.adapter is not None:  # text models; an embedding model has no parsers to swap
             loaded.adapter = create_adapter(loaded.family, loaded.tokenizer, capabilities)
-            loaded.probed = True
+        loaded.probed = True
 
     async def unload(self, model_id: str) -> None:
         loaded = self._models.get(model_id)

@@ -2,11 +2,12 @@
 
 from fastapi import APIRouter
 
-from mlx_server.api.v1 import admin, chat, completions, messages, models
+from mlx_server.api.v1 import admin, chat, completions, embeddings, messages, models
 
 router = APIRouter()
 router.include_router(models.router)
 router.include_router(chat.router)
 router.include_router(completions.router)
 router.include_router(messages.router)
+router.include_router(embeddings.router)
 router.include_router(admin.router)

@@ -1,0 +1,41 @@
+"""OpenAI embeddings types (POST /v1/embeddings)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# A string, strings, the model's own token ids, or lists of them (OpenAI's four input forms).
+EmbeddingInput = str | list[str] | list[int] | list[list[int]]
+
+
+class EmbeddingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: EmbeddingInput
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+    user: str | None = None
+    # Ours: cut inputs longer than the model's maximum instead of refusing them (see README).
+    truncate: bool = False
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    # base64: the little-endian float32 bytes, as OpenAI sends them.
+    embedding: list[float] | str
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding] = Field(default_factory=list)
+    model: str
+    usage: EmbeddingUsage
