@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_server.records import AuditLog, utcnow
 from mlx_server.services.operations.audit import AuditService, audit_service
+from mlx_server.services.pipeline.generation import CompletionStats
 
 logger = logging.getLogger("mlx_server.audit")
 
@@ -106,6 +107,14 @@ def audit_parameters(body: BaseModel) -> dict[str, Any]:
     if tools:  # names only: definitions can be long and are part of the prompt
         parameters["tools"] = [_tool_name(tool) for tool in tools]
     return parameters
+
+
+def audit_stats(details: AuditDetails, stats: CompletionStats) -> None:
+    """Copy the generation's figures into the request's audit row (safe to call repeatedly)."""
+    details.prompt_tokens = stats.prompt_tokens or None
+    details.completion_tokens = stats.completion_tokens
+    if stats.first_token_at is not None and details.ttft_ms is None:
+        details.ttft_ms = (stats.first_token_at - details.started) * 1000
 
 
 def _tool_name(tool: object) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import socket
 import subprocess
@@ -9,9 +11,59 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from mlx_server.models.store import DEFAULT_MODEL_ID
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed generation: tokens, decode speed (first content to last), time to first token."""
+
+    tokens: int
+    decode_tps: float
+    ttft_s: float
+    shown_tps: float | None = None  # what the playground displays (its stats event)
+
+
+def stream_chat(url: str, messages: list[dict[str, Any]], max_tokens: int) -> Run:
+    """A greedy streamed /v1/chat/completions, timed on the client (SSE parsing included)."""
+    body = {
+        "model": DEFAULT_MODEL_ID,
+        "messages": messages,
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    first = last = 0.0
+    tokens = 0
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line.removeprefix("data: "))
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+            elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                last = time.perf_counter()
+                first = first or last
+    return Run(tokens, (tokens - 1) / (last - first), first - started)
+
+
+def bench_arguments(doc: str | None, write_help: str, **counts: int) -> argparse.Namespace:
+    """The command line of a benchmark: `--NAME N` for each of `counts` (its default), `--write FILE`."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, default in counts.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--write", type=Path, help=write_help)
+    return parser.parse_args()
 
 
 def free_port() -> int:

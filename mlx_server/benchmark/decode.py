@@ -10,34 +10,22 @@ affects both; the median of each is reported.
 
 from __future__ import annotations
 
-import argparse
 import functools
-import json
 import os
 import platform
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from mlx_server.benchmark._server import running_server, write_section
+from mlx_server.benchmark._server import Run, bench_arguments, running_server, stream_chat, write_section
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 MARKER_START = "<!-- decode-benchmark:start -->"
 MARKER_END = "<!-- decode-benchmark:end -->"
-
-
-@dataclass(frozen=True)
-class Run:
-    tokens: int
-    decode_tps: float
-    ttft_s: float
 
 
 def raw_run(model_dir: Path, max_tokens: int) -> Run:
@@ -62,32 +50,6 @@ def _load(model_dir: Path) -> tuple[Any, Any]:
 
     model, tokenizer = load(str(model_dir))
     return model, tokenizer
-
-
-def server_run(url: str, max_tokens: int) -> Run:
-    body = {
-        "model": DEFAULT_MODEL_ID,
-        "messages": MESSAGES,
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    started = time.perf_counter()
-    first = last = 0.0
-    tokens = 0
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[len("data: ") :])
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                last = time.perf_counter()
-                first = first or last
-    return Run(tokens, (tokens - 1) / (last - first), first - started)
 
 
 def _versions() -> str:
@@ -122,23 +84,17 @@ def report(raw: list[Run], served: list[Run], max_tokens: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--write", type=Path, help="update this markdown file's decode section")
-    args = parser.parse_args()
+    args = bench_arguments(__doc__, "update this markdown file's decode section", tokens=128, runs=3)
 
     raw: list[Run] = []
     served: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, running_server(Path(tmp)) as url:
-        server_run(url, 4)  # loads the model in the server
+        stream_chat(url, MESSAGES, 4)  # loads the model in the server
         model_dir = Path(tmp) / "models" / DEFAULT_MODEL_ID
         raw_run(model_dir, 4)  # loads it here
         for i in range(args.runs):
             raw.append(raw_run(model_dir, args.tokens))
-            served.append(server_run(url, args.tokens))
+            served.append(stream_chat(url, MESSAGES, args.tokens))
             print(f"run {i + 1}: raw {raw[-1].decode_tps:.2f}, server {served[-1].decode_tps:.2f} tok/s")
     section = report(raw, served, args.tokens)
     print(section)

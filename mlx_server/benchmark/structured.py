@@ -13,7 +13,6 @@ Acceptance run of constrained decoding (one `mlx-manager serve`, fresh home):
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 import openai
 from jsonschema import Draft202012Validator
 
-from mlx_server.benchmark._server import running_server, write_section
+from mlx_server.benchmark._server import bench_arguments, running_server, write_section
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MODEL = DEFAULT_MODEL_ID
@@ -318,12 +317,7 @@ def decode_speed(client: openai.OpenAI, constrained: bool, tokens: int) -> float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--write", type=Path)
-    parser.add_argument("--tokens", type=int, default=96)
-    args = parser.parse_args()
+    args = bench_arguments(__doc__, "update this markdown file's structured-output section", tokens=96)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, running_server(Path(tmp)) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", timeout=600, max_retries=0)

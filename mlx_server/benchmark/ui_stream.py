@@ -11,55 +11,23 @@ event) and the client-measured rate of its `content` events. Runs alternate; med
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
-from mlx_server.benchmark._server import running_server, write_section
+from mlx_server.benchmark._server import Run, bench_arguments, running_server, stream_chat, write_section
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
+MESSAGES = [{"role": "user", "content": PROMPT}]
 MARKER_START = "<!-- ui-stream-benchmark:start -->"
 MARKER_END = "<!-- ui-stream-benchmark:end -->"
-
-
-@dataclass(frozen=True)
-class Run:
-    tokens: int
-    client_tps: float
-    shown_tps: float | None = None  # what the UI displays (the stats event)
-
-
-def api_run(url: str, max_tokens: int) -> Run:
-    body = {
-        "model": DEFAULT_MODEL_ID,
-        "messages": [{"role": "user", "content": PROMPT}],
-        "temperature": 0,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    first = last = 0.0
-    tokens = 0
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
-        for line in response.iter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line.removeprefix("data: "))
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                last = time.perf_counter()
-                first = first or last
-    return Run(tokens, (tokens - 1) / (last - first))
 
 
 def ui_run(client: httpx.Client, url: str, max_tokens: int) -> Run:
@@ -73,6 +41,7 @@ def ui_run(client: httpx.Client, url: str, max_tokens: int) -> Run:
         "max_tokens": str(max_tokens),
     }
     headers = {**csrf, "Accept": "text/event-stream"}
+    started = time.perf_counter()
     first = last = 0.0
     stats: dict[str, float] = {}
     name = ""
@@ -88,13 +57,13 @@ def ui_run(client: httpx.Client, url: str, max_tokens: int) -> Run:
             elif line.startswith("data:") and name == "stats":
                 stats = json.loads(line.removeprefix("data:").strip())
     tokens = int(stats["completion_tokens"])
-    return Run(tokens, (tokens - 1) / (last - first), float(stats["tokens_per_s"]))
+    return Run(tokens, (tokens - 1) / (last - first), first - started, float(stats["tokens_per_s"]))
 
 
 def report(api: list[Run], ui: list[Run], max_tokens: int) -> str:
-    api_tps = statistics.median(r.client_tps for r in api)
+    api_tps = statistics.median(r.decode_tps for r in api)
     shown = statistics.median(r.shown_tps or 0.0 for r in ui)
-    ui_client = statistics.median(r.client_tps for r in ui)
+    ui_client = statistics.median(r.decode_tps for r in ui)
     lines = [
         f"Measured {datetime.now(UTC):%Y-%m-%d} on {platform.machine()} ({platform.system()}), "
         f"{DEFAULT_MODEL_ID} (our GGUF import), greedy, max_tokens {max_tokens}, median of {len(api)} "
@@ -113,13 +82,7 @@ def report(api: list[Run], ui: list[Run], max_tokens: int) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--write", type=Path, help="update this markdown file's section")
-    args = parser.parse_args()
+    args = bench_arguments(__doc__, "update this markdown file's section", tokens=128, runs=3)
 
     api: list[Run] = []
     ui: list[Run] = []
@@ -129,11 +92,11 @@ def main() -> None:
         httpx.Client(follow_redirects=True) as client,
     ):
         client.get(f"{url}/")  # the CSRF cookie
-        api_run(url, 4)  # loads the model
+        stream_chat(url, MESSAGES, 4)  # loads the model
         for i in range(args.runs):
-            api.append(api_run(url, args.tokens))
+            api.append(stream_chat(url, MESSAGES, args.tokens))
             ui.append(ui_run(client, url, args.tokens))
-            print(f"run {i + 1}: api {api[-1].client_tps:.2f}, ui shown {ui[-1].shown_tps:.2f} tok/s")
+            print(f"run {i + 1}: api {api[-1].decode_tps:.2f}, ui shown {ui[-1].shown_tps:.2f} tok/s")
     section = report(api, ui, args.tokens)
     print(section)
     if args.write:

@@ -129,6 +129,18 @@ def _token_at(tokens: list[str], meta: dict[str, Any], key: str) -> str | None:
     return None if index is None else tokens[index]
 
 
+def _add_marked_tokens(tok: Tokenizer, meta: dict[str, Any], tokens: list[str]) -> None:
+    """Control tokens as special added tokens, user-defined ones as plain added tokens."""
+    types = _as_list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    if len(types) != len(tokens):
+        raise TokenizerImportError(f"{len(tokens)} tokens but {len(types)} token types in the GGUF metadata")
+    marked = list(zip(tokens, types, strict=True))
+    specials = [AddedToken(t, special=True, normalized=False) for t, k in marked if k == _CONTROL]
+    user = [AddedToken(t, special=False, normalized=False) for t, k in marked if k == _USER_DEFINED]
+    tok.add_special_tokens(specials)
+    tok.add_tokens(user)
+
+
 def write_tokenizer(meta: dict[str, Any], out_dir: Path, *, max_length: int) -> dict[str, Any]:
     """Write tokenizer.json and tokenizer_config.json; return the special-token ids."""
     tokens = meta.get("tokenizer.ggml.tokens")
@@ -145,22 +157,7 @@ def write_tokenizer(meta: dict[str, Any], out_dir: Path, *, max_length: int) -> 
             f"unsupported tokenizer model {kind!r} (tokenizer.ggml.model); supported: gpt2, llama"
         )
 
-    types = _as_list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
-    if len(types) != len(tokens):
-        raise TokenizerImportError(f"{len(tokens)} tokens but {len(types)} token types in the GGUF metadata")
-    specials = [
-        AddedToken(t, special=True, normalized=False)
-        for t, kind_id in zip(tokens, types, strict=True)
-        if kind_id == _CONTROL
-    ]
-    user = [
-        AddedToken(t, special=False, normalized=False)
-        for t, kind_id in zip(tokens, types, strict=True)
-        if kind_id == _USER_DEFINED
-    ]
-    tok.add_special_tokens(specials)
-    tok.add_tokens(user)
-
+    _add_marked_tokens(tok, meta, tokens)
     bos = _token_at(tokens, meta, "tokenizer.ggml.bos_token_id")
     eos = _token_at(tokens, meta, "tokenizer.ggml.eos_token_id")
     add_bos = _flag(meta, "tokenizer.ggml.add_bos_token", kind == "llama")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mlx_server.api.v1.chat import audit_start, finished, reject_n, sampling_params, streamed
+from mlx_server.api.openai_common import audit_start, finished, reject_n, sampling_params, streamed
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import CompletionRequest
 from mlx_server.services.pipeline import openai_render

@@ -16,9 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from mlx_server.api.audit_middleware import audit_details, audit_parameters
+from mlx_server.api.audit_middleware import audit_details, audit_parameters, audit_stats
 from mlx_server.api.sse import anthropic_event_stream
-from mlx_server.api.v1.chat import audit_stats
 from mlx_server.errors import APIError, anthropic_error_response, validation_error
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest, TokenCount
 from mlx_server.services.pipeline import anthropic_render
