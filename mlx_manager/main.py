@@ -11,22 +11,26 @@ from fastapi.staticfiles import StaticFiles
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
 from mlx_manager.routers import audit, chat, chat_stream, downloads, hub, models, pages, server
 from mlx_manager.routers.settings import router as settings_router
+from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.templating import STATIC_DIR
-from mlx_server import __version__
-from mlx_server import config as server_config
-from mlx_server.main import create_app as create_server_app
-from mlx_server.main import health_router, server_services
-from mlx_server.observability import instrument
+from mlx_server.facade import (
+    __version__,
+    create_server_app,
+    health_router,
+    instrument,
+    server_services,
+    use_server_settings,
+)
 
 
 @asynccontextmanager
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
     then its own (hub downloads, resumed where a previous run left them)."""
-    async with server_services(), download_services(), probe_services():
+    async with server_services(), download_services(), probe_services(), chat_services():
         yield
 
 
@@ -35,7 +39,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     use_manager_settings(settings)  # pages see what the app was created with (serve --host)
     # The embedded server must use the manager's database and models, whatever
     # MLX_SERVER_HOME says.
-    server_config.use_settings(settings.server_settings())
+    use_server_settings(settings.server_settings())
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
     app.include_router(health_router)

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, ForeignKey, Integer, String
 from sqlmodel import Field, SQLModel
 
-from mlx_server.records import utcnow
+from mlx_server.facade import utcnow
 
 
 class Conversation(SQLModel, table=True):
@@ -24,7 +24,19 @@ class Conversation(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, index=True)
 
 
-class ChatMessage(SQLModel, table=True):
+class MessageStatus(StrEnum):
+    """Where a stored message stands: an assistant reply is saved as it grows (running), and
+    keeps what was generated when the user stops it or a restart cuts it."""
+
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"
+    INTERRUPTED = "interrupted"
+
+
+class ConversationMessage(SQLModel, table=True):
+    """One message of a playground conversation (the OpenAI request schema is `ChatMessage`)."""
+
     __tablename__ = "chat_messages"
 
     id: int | None = Field(default=None, primary_key=True)
@@ -40,6 +52,8 @@ class ChatMessage(SQLModel, table=True):
     tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
     tool_call_id: str | None = Field(default=None, max_length=128)
     stats: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Stored as its value ("running"), like DownloadJob.status.
+    status: MessageStatus = Field(default=MessageStatus.DONE, sa_type=String(16), index=True)
     created_at: datetime = Field(default_factory=utcnow)
 
 

@@ -1,31 +1,33 @@
-"""Generating playground replies: send, regenerate, edit and resend, typed tool results, stop.
+"""Playground turns: send (the first message of a new chat creates it), regenerate, edit and
+resend, typed tool results, stop, and the live view of a turn.
 
-Each POST answers with the turn as server-sent events when the page's script asks for them
-(`Accept: text/event-stream`): reasoning, content, tool_call, tool_result, stats, error and
-done, plus the server-rendered HTML of each finished message (the user's with the
-conversation's title, which the first message sets). A plain form (no script) gets the
-turn run to its end and a redirect back to the conversation.
+A POST stores what the user sent, starts the turn as a job (services/chat_jobs.py) and answers
+at once: htmx gets the conversation's thread, which follows the turn over server-sent events
+from GET /chat/{id}/events; a plain form gets a redirect to the conversation, which shows the
+turn as far as it got. Closing the page does not stop the turn; reopening it re-attaches.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import escape
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import FormData
 
-from mlx_manager.records import ChatMessage, Conversation
-from mlx_manager.routers.chat import page
+from mlx_manager.records import Conversation
+from mlx_manager.services.chat_jobs import ChatJob, RunningError, follow, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
-from mlx_manager.services.chat_runner import RunningError, chat_runs, manual_result, run_turn
+from mlx_manager.services.chat_runner import manual_result, run_turn
+from mlx_manager.services.chat_view import chat_response, thread_context, turn_context
 from mlx_manager.services.conversations import (
     ConversationError,
     add_message,
+    create_conversation,
     get_conversation,
     last_user_position,
     messages_of,
@@ -33,17 +35,38 @@ from mlx_manager.services.conversations import (
     rewind_to,
     update_settings,
 )
-from mlx_manager.web.templating import templates
-from mlx_server.database import get_engine
-from mlx_server.models.store import get_model
+from mlx_manager.services.forms import FormError
+from mlx_manager.web.templating import templates, wants_fragment
+from mlx_server.facade import get_engine, get_model
 
 router = APIRouter(prefix="/chat")
 
 PING_SECONDS = 15
+STOP_SECONDS = 10  # a stopped reply ends within a token; the answer shows it saved
 
 
-class FormError(ValueError):
-    """The form cannot be used as sent; the message says what to fix."""
+@router.post("/send", response_class=HTMLResponse)
+async def send_first(request: Request) -> Response:
+    """The first message of a new chat: the conversation is created with it."""
+    form = await request.form()
+    with Session(get_engine(), expire_on_commit=False) as session:
+        try:
+            options, model_id, content = _composer(session, form)
+        except (FormError, OptionsError) as exc:
+            return chat_response(
+                request, session, None, error=str(exc), status=400, draft=_text(form, "content")
+            )
+        conversation = create_conversation(
+            session,
+            model_id=model_id,
+            system_prompt=_text(form, "system_prompt") or None,
+            parameters=options.stored(),
+        )
+        add_message(session, conversation, "user", content)
+        assert conversation.id is not None
+        _start(conversation.id, options)
+    # A new page (its URL, title and sidebar entry): htmx follows the redirect like a link.
+    return RedirectResponse(f"/chat/{conversation.id}", status_code=303)
 
 
 @router.post("/{conversation_id}/send", response_class=HTMLResponse)
@@ -54,24 +77,16 @@ async def send(request: Request, conversation_id: int) -> Response:
         if isinstance(conversation, Response):
             return conversation
         try:
-            options = options_from_form(form)
-            model_id = _text(form, "model_id")
-            if get_model(session, model_id) is None:
-                raise FormError(f"There is no model {model_id!r}; pick one from the list.")
-            content = _text(form, "content").strip()
-            if not content:
-                raise FormError("Type a message first.")
+            options, model_id, content = _composer(session, form)
         except (FormError, OptionsError) as exc:
-            return _refused(request, session, conversation_id, str(exc), 400)
+            draft = _text(form, "content")
+            return chat_response(request, session, conversation, error=str(exc), status=400, draft=draft)
+        system_prompt = _text(form, "system_prompt")
         update_settings(
-            session,
-            conversation,
-            model_id=model_id,
-            system_prompt=_text(form, "system_prompt"),
-            parameters=options.stored(),
+            session, conversation, model_id=model_id, system_prompt=system_prompt, parameters=options.stored()
         )
-        message = add_message(session, conversation, "user", content)
-    return await _turn(request, conversation_id, options, [_user_event(request, conversation, message)])
+        add_message(session, conversation, "user", content)
+        return _started(request, session, conversation, options)
 
 
 @router.post("/{conversation_id}/regenerate", response_class=HTMLResponse)
@@ -84,165 +99,147 @@ async def regenerate(request: Request, conversation_id: int) -> Response:
         try:
             position = last_user_position(messages_of(session, conversation_id)) + 1
         except ConversationError as exc:
-            return _refused(request, session, conversation_id, str(exc), 400)
+            return chat_response(request, session, conversation, error=str(exc), status=400)
         rewind_to(session, conversation, position)
-        options = ChatOptions.from_stored(conversation.parameters)
-    return await _turn(request, conversation_id, options, [("rewind", {"position": position})])
+        return _started(request, session, conversation, ChatOptions.from_stored(conversation.parameters))
 
 
 @router.post("/{conversation_id}/messages/{position}/edit", response_class=HTMLResponse)
 async def edit(request: Request, conversation_id: int, position: int) -> Response:
     """Change a user message and resend from there (everything after it is dropped)."""
-    form = await request.form()
-    content = _text(form, "content").strip()
+    content = _text(await request.form(), "content").strip()
     with Session(get_engine(), expire_on_commit=False) as session:
         conversation = _idle_conversation(request, session, conversation_id)
         if isinstance(conversation, Response):
             return conversation
         target = next((m for m in messages_of(session, conversation_id) if m.position == position), None)
         if target is None or target.role != "user":
-            return _refused(request, session, conversation_id, "Only your own messages can be edited.", 400)
+            return chat_response(
+                request, session, conversation, error="Only your own messages can be edited.", status=400
+            )
         if not content:
-            return _refused(request, session, conversation_id, "An edited message cannot be empty.", 400)
+            return chat_response(
+                request, session, conversation, error="An edited message cannot be empty.", status=400
+            )
         rewind_to(session, conversation, position)
-        message = add_message(session, conversation, "user", content)
-        options = ChatOptions.from_stored(conversation.parameters)
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("rewind", {"position": position}),
-        _user_event(request, conversation, message),
-    ]
-    return await _turn(request, conversation_id, options, events)
+        add_message(session, conversation, "user", content)
+        return _started(request, session, conversation, ChatOptions.from_stored(conversation.parameters))
 
 
 @router.post("/{conversation_id}/tool-result", response_class=HTMLResponse)
 async def tool_result(request: Request, conversation_id: int) -> Response:
     """A result typed for a pending call (manual mode); the turn goes on once all are answered."""
     form = await request.form()
-    try:
-        saved = manual_result(conversation_id, _text(form, "tool_call_id"), _text(form, "content"))
-    except ValueError as exc:
-        with Session(get_engine()) as session:
-            return _refused(request, session, conversation_id, str(exc), 400)
     with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        assert conversation is not None
+        conversation = _idle_conversation(request, session, conversation_id)
+        if isinstance(conversation, Response):
+            return conversation
+        try:
+            manual_result(conversation_id, _text(form, "tool_call_id"), _text(form, "content"))
+        except ValueError as exc:
+            return chat_response(request, session, conversation, error=str(exc), status=400)
         options = ChatOptions.from_stored(conversation.parameters)
-        waiting = _pending(session, conversation_id)
-    first: list[tuple[str, dict[str, Any]]] = [("tool_result", {"message": saved, "is_error": False})]
-    if waiting:
-        return await _turn(request, conversation_id, options, first, generate=False)
-    return await _turn(request, conversation_id, options, first)
+        if pending_tool_calls(messages_of(session, conversation_id)):
+            return _answer(request, session, conversation)
+        return _started(request, session, conversation, options)
 
 
 @router.post("/{conversation_id}/stop", response_class=HTMLResponse)
 async def stop(request: Request, conversation_id: int) -> Response:
-    """Stop the reply being generated (server-side: generation ends within a token)."""
-    stopped = chat_runs.stop(conversation_id)
-    if request.headers.get("accept", "").startswith("application/json"):
-        return Response(json.dumps({"stopped": stopped}), media_type="application/json")
-    return RedirectResponse(f"/chat/{conversation_id}", status_code=303)
+    """Stop the reply being generated; it is kept, marked stopped."""
+    job = get_chat_jobs().running(conversation_id)
+    if job is not None:
+        job.cancel.set()
+        await job.ended_within(STOP_SECONDS)
+    with Session(get_engine(), expire_on_commit=False) as session:
+        conversation = get_conversation(session, conversation_id)
+        if conversation is None:
+            return chat_response(request, session, None, error="There is no such conversation.", status=404)
+        return _answer(request, session, conversation)
+
+
+@router.get("/{conversation_id}/events")
+async def events(request: Request, conversation_id: int) -> Response:
+    """The running turn as server-sent events: "turn" (its HTML so far), "content" and
+    "reasoning" (text to append), then "done" (the conversation's thread as it ended)."""
+    job = get_chat_jobs().running(conversation_id)
+
+    async def stream() -> AsyncIterator[ServerSentEvent]:
+        if job is not None:
+            async for kind, text in follow(job):
+                if kind == "done":
+                    break
+                yield ServerSentEvent(
+                    event=kind, data=_turn_html(request, job) if kind == "turn" else escape(text)
+                )
+        yield ServerSentEvent(event="done", data=_thread_html(request, conversation_id))
+
+    return EventSourceResponse(stream(), ping=PING_SECONDS, headers={"Cache-Control": "no-cache"})
 
 
 # --- Helpers ---
+
+
+def _composer(session: Session, form: FormData) -> tuple[ChatOptions, str, str]:
+    """The composer's options, model and message; FormError says what to fix."""
+    options = options_from_form(form)
+    model_id = _text(form, "model_id")
+    if get_model(session, model_id) is None:
+        raise FormError(f"There is no model {model_id!r}; pick one from the list.")
+    content = _text(form, "content").strip()
+    if not content:
+        raise FormError("Type a message first.")
+    return options, model_id, content
 
 
 def _idle_conversation(request: Request, session: Session, conversation_id: int) -> Conversation | Response:
     """The conversation, if it exists and no reply is being generated for it; else the refusal."""
     conversation = get_conversation(session, conversation_id)
     if conversation is None:
-        return _refused(request, session, conversation_id, "There is no such conversation.", 404)
-    if chat_runs.running(conversation_id):
-        return _refused(request, session, conversation_id, "Stop the reply being generated first.", 409)
+        return chat_response(request, session, None, error="There is no such conversation.", status=404)
+    if get_chat_jobs().running(conversation_id):
+        message = "Stop the reply being generated first."
+        return chat_response(request, session, conversation, error=message, status=409)
     return conversation
 
 
-async def _turn(
-    request: Request,
-    conversation_id: int,
-    options: ChatOptions,
-    first: list[tuple[str, dict[str, Any]]],
-    *,
-    generate: bool = True,
+def _start(conversation_id: int, options: ChatOptions) -> ChatJob:
+    async def work(job: ChatJob) -> None:
+        await run_turn(job, options)
+
+    return get_chat_jobs().start(conversation_id, work)
+
+
+def _started(
+    request: Request, session: Session, conversation: Conversation, options: ChatOptions
 ) -> Response:
-    async def events() -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        for event in first:
-            yield event
-        if not generate:
-            return
-        try:
-            cancel = chat_runs.start(conversation_id)
-        except RunningError as exc:
-            yield "error", {"message": str(exc)}
-            return
-        try:
-            async for event in run_turn(conversation_id, options, cancel):
-                yield event
-        finally:
-            chat_runs.finish(conversation_id)
-
-    if "text/event-stream" not in request.headers.get("accept", ""):
-        # Without a script the browser waits for the whole turn, then reloads the conversation.
-        async for _ in events():
-            pass
-        return RedirectResponse(f"/chat/{conversation_id}", status_code=303)
-
-    async def sse() -> AsyncIterator[ServerSentEvent]:
-        async for name, data in events():
-            yield _sse(request, name, data, options)
-        yield ServerSentEvent(event="done", data="{}")
-
-    return EventSourceResponse(sse(), ping=PING_SECONDS, headers={"Cache-Control": "no-cache"})
+    assert conversation.id is not None
+    try:
+        _start(conversation.id, options)
+    except RunningError as exc:
+        return chat_response(request, session, conversation, error=str(exc), status=409)
+    return _answer(request, session, conversation)
 
 
-def _sse(request: Request, name: str, data: dict[str, Any], options: ChatOptions) -> ServerSentEvent:
-    if name == "assistant_start":
-        data = {"html": templates.get_template("partials/chat_streaming.html").render(request=request)}
-    elif name == "assistant_saved":
-        name, data = "message", {"html": _message_html(request, data["message"], options)}
-    elif name == "tool_result":
-        data = _result_data(request, data["message"], is_error=data.get("is_error", False))
-    elif name == "tool_call":
-        card = templates.get_template("partials/chat_tool_call.html")
-        data = {**data, "html": card.render(request=request, call=data, result=None, pending=False)}
-    return ServerSentEvent(event=name, data=json.dumps(data, ensure_ascii=False))
+def _answer(request: Request, session: Session, conversation: Conversation) -> Response:
+    """htmx gets the thread (following the turn, if one runs); a plain form goes back to the page."""
+    if wants_fragment(request):
+        return chat_response(request, session, conversation)
+    return RedirectResponse(f"/chat/{conversation.id}", status_code=303)
 
 
-def _user_event(
-    request: Request, conversation: Conversation, message: ChatMessage
-) -> tuple[str, dict[str, Any]]:
-    """The user's message, and the title it may have given the conversation (for the sidebar)."""
-    return "user", {"html": _message_html(request, message), "title": conversation.title}
+def _turn_html(request: Request, job: ChatJob) -> str:
+    template = templates.get_template("partials/chat_turn.html")
+    return template.render(request=request, **turn_context(job))
 
 
-def _message_html(request: Request, message: ChatMessage, options: ChatOptions | None = None) -> str:
-    """A finished message; calls the server will not run get a form for their typed result."""
-    waiting = [
-        c["id"] for c in message.tool_calls or [] if options and not options.runs_here(c["function"]["name"])
-    ]
-    template = templates.get_template("partials/chat_message.html")
-    return template.render(request=request, message=message, results={}, pending_ids=waiting, last=True)
-
-
-def _result_data(request: Request, message: ChatMessage, *, is_error: bool) -> dict[str, Any]:
-    block = templates.get_template("partials/chat_tool_result.html")
-    return {"tool_call_id": message.tool_call_id, "is_error": is_error, "html": block.render(result=message)}
-
-
-def _pending(session: Session, conversation_id: int) -> bool:
-    return bool(pending_tool_calls(messages_of(session, conversation_id)))
-
-
-def _refused(request: Request, session: Session, conversation_id: int, message: str, status: int) -> Response:
-    if "text/event-stream" in request.headers.get("accept", ""):
-        body = json.dumps({"message": message})
-        return Response(
-            f"event: error\ndata: {body}\n\nevent: done\ndata: {{}}\n\n",
-            status_code=status,
-            media_type="text/event-stream",
-        )
-    response = page(request, session, get_conversation(session, conversation_id), error=message)
-    response.status_code = status
-    return response
+def _thread_html(request: Request, conversation_id: int) -> str:
+    with Session(get_engine(), expire_on_commit=False) as session:
+        conversation = get_conversation(session, conversation_id)
+        if conversation is None:
+            return ""
+        context = thread_context(session, conversation)
+    return templates.get_template("partials/chat_thread.html").render(request=request, **context, oob=True)
 
 
 def _text(form: FormData, name: str) -> str:

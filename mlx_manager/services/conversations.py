@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlmodel import Session, col, delete, func, select
+from sqlmodel import Session, col, delete, func, select, update
 
-from mlx_manager.records import ChatMessage, Conversation
-from mlx_server.records import utcnow
+from mlx_manager.records import Conversation, ConversationMessage, MessageStatus
+from mlx_manager.services.chat_options import ChatOptions
+from mlx_manager.services.settings_store import get_chat_defaults
+from mlx_server.facade import utcnow
 
 TITLE_CHARS = 60
 NEW_TITLE = "New chat"
@@ -41,6 +43,21 @@ def create_conversation(
     return conversation
 
 
+def fresh_conversation(session: Session, model_ids: list[str]) -> Conversation:
+    """What the composer of a new chat starts with (not stored until the first message): the
+    latest conversation's model, system prompt and tools, the settings page's sampling defaults."""
+    latest = next(iter(list_conversations(session)), None)
+    model = latest.model_id if latest and latest.model_id in model_ids else next(iter(model_ids), None)
+    return Conversation(
+        model_id=model,
+        system_prompt=latest.system_prompt if latest else None,
+        parameters={
+            **(latest.parameters if latest else ChatOptions().stored()),
+            **get_chat_defaults(session),
+        },
+    )
+
+
 def rename_conversation(session: Session, conversation: Conversation, title: str) -> Conversation:
     title = " ".join(title.split())
     if not title:
@@ -53,7 +70,9 @@ def rename_conversation(session: Session, conversation: Conversation, title: str
 
 def delete_conversation(session: Session, conversation: Conversation) -> None:
     # Explicit: SQLite enforces ON DELETE CASCADE only with a per-connection pragma.
-    session.exec(delete(ChatMessage).where(col(ChatMessage.conversation_id) == conversation.id))
+    session.exec(
+        delete(ConversationMessage).where(col(ConversationMessage.conversation_id) == conversation.id)
+    )
     session.delete(conversation)
     session.commit()
 
@@ -73,24 +92,26 @@ def update_settings(
     session.commit()
 
 
-def messages_of(session: Session, conversation_id: int) -> list[ChatMessage]:
+def messages_of(session: Session, conversation_id: int) -> list[ConversationMessage]:
     query = (
-        select(ChatMessage)
-        .where(ChatMessage.conversation_id == conversation_id)
-        .order_by(col(ChatMessage.position))
+        select(ConversationMessage)
+        .where(ConversationMessage.conversation_id == conversation_id)
+        .order_by(col(ConversationMessage.position))
     )
     return list(session.exec(query))
 
 
 def add_message(
     session: Session, conversation: Conversation, role: str, content: str = "", **fields: Any
-) -> ChatMessage:
+) -> ConversationMessage:
     """Append a message; the first user message names a conversation still called "New chat"."""
     assert conversation.id is not None
     last = session.exec(
-        select(func.max(ChatMessage.position)).where(ChatMessage.conversation_id == conversation.id)
+        select(func.max(ConversationMessage.position)).where(
+            ConversationMessage.conversation_id == conversation.id
+        )
     ).one()
-    message = ChatMessage(
+    message = ConversationMessage(
         conversation_id=conversation.id, position=(last or 0) + 1, role=role, content=content, **fields
     )
     if role == "user" and conversation.title == NEW_TITLE and content.strip():
@@ -104,24 +125,45 @@ def add_message(
     return message
 
 
+def save_message(session: Session, message: ConversationMessage) -> None:
+    """Store the current state of a message (a reply as it grows, then as it ended)."""
+    session.add(message)
+    session.commit()
+
+
+def mark_interrupted(session: Session) -> int:
+    """Replies still marked running when the app starts were cut by a restart: say so."""
+    query = (
+        update(ConversationMessage)
+        .where(col(ConversationMessage.status) == MessageStatus.RUNNING)
+        .values(status=MessageStatus.INTERRUPTED)
+    )
+    count = session.exec(query).rowcount
+    session.commit()
+    return int(count or 0)
+
+
 def rewind_to(session: Session, conversation: Conversation, position: int) -> None:
     """Drop every message from `position` on (regenerate, edit and resend)."""
     session.exec(
-        delete(ChatMessage).where(
-            col(ChatMessage.conversation_id) == conversation.id, col(ChatMessage.position) >= position
+        delete(ConversationMessage).where(
+            col(ConversationMessage.conversation_id) == conversation.id,
+            col(ConversationMessage.position) >= position,
         )
     )
     session.commit()
 
 
-def last_user_position(messages: list[ChatMessage]) -> int:
+def last_user_position(messages: list[ConversationMessage]) -> int:
     for message in reversed(messages):
         if message.role == "user":
             return message.position
     raise ConversationError("There is no user message to answer yet; send one first.")
 
 
-def pipeline_messages(conversation: Conversation, messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def pipeline_messages(
+    conversation: Conversation, messages: list[ConversationMessage]
+) -> list[dict[str, Any]]:
     """OpenAI-format dicts, reasoning and tool calls included, as generate_chat_completion takes them."""
     result: list[dict[str, Any]] = []
     if conversation.system_prompt:
@@ -140,7 +182,7 @@ def pipeline_messages(conversation: Conversation, messages: list[ChatMessage]) -
     return result
 
 
-def pending_tool_calls(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+def pending_tool_calls(messages: list[ConversationMessage]) -> list[dict[str, Any]]:
     """Calls of the last assistant message that have no result yet (manual mode)."""
     answered = set()
     for message in reversed(messages):
@@ -156,7 +198,7 @@ def pending_tool_calls(messages: list[ChatMessage]) -> list[dict[str, Any]]:
 # --- Export ---
 
 
-def export_json(conversation: Conversation, messages: list[ChatMessage]) -> str:
+def export_json(conversation: Conversation, messages: list[ConversationMessage]) -> str:
     body = {
         "id": conversation.id,
         "title": conversation.title,
@@ -172,6 +214,7 @@ def export_json(conversation: Conversation, messages: list[ChatMessage]) -> str:
                 "tool_calls": m.tool_calls,
                 "tool_call_id": m.tool_call_id,
                 "stats": m.stats,
+                "status": m.status,
                 "created_at": m.created_at.isoformat(),
             }
             for m in messages
@@ -180,7 +223,7 @@ def export_json(conversation: Conversation, messages: list[ChatMessage]) -> str:
     return json.dumps(body, ensure_ascii=False, indent=2)
 
 
-def export_markdown(conversation: Conversation, messages: list[ChatMessage]) -> str:
+def export_markdown(conversation: Conversation, messages: list[ConversationMessage]) -> str:
     lines = [f"# {conversation.title}", "", f"Model: `{conversation.model_id}`", ""]
     if conversation.system_prompt:
         lines += ["## System", "", conversation.system_prompt, ""]

@@ -1,6 +1,8 @@
-"""The chat playground in a real browser with the real SmolLM2: a reply streams in, Stop ends it,
-Regenerate replaces it, Edit rewinds and resends, a reload shows the same history, the agent
-loop runs the calculator, model output with markup stays text, export and rename.
+"""The chat playground in a real browser with the real SmolLM2: Chat opens ready to type and the
+first message creates the conversation, a reply streams in, Stop ends it, Regenerate replaces
+it, Edit rewinds and resends, a reload shows the same history, the agent loop runs the
+calculator, model output with markup stays text, export and rename. A reply outlives its page
+and a restart keeps it, marked interrupted (test_chat_turn_browser.py).
 
 Writes docs/screenshots/chat.png and chat-tools.png on the way.
 """
@@ -23,14 +25,15 @@ from tests.browser.support import SECONDS, browse, screenshot
 REPLY_SECONDS = 60  # the first reply also loads the model
 XSS_REPLY = 'Hi <script>window.__xss=1</script> <img src=x onerror="window.__xss=2">'
 
-# Every non-empty length the streaming reply's text had while it was on the page.
-RECORD_STREAM_LENGTHS = """() => {
-  window.__streamLengths = [];
-  new MutationObserver(() => {
-    const text = document.querySelector('#streaming-message .stream-text');
-    if (text && text.textContent.length) window.__streamLengths.push(text.textContent.length);
-  }).observe(document.getElementById('messages'), { childList: true, subtree: true, characterData: true });
-}"""
+# Every non-empty length the streaming reply's text had while it was on the page (installed in
+# every page the browser loads: the first message opens the new conversation's page).
+RECORD_STREAM_LENGTHS = """
+window.__streamLengths = [];
+document.addEventListener('DOMContentLoaded', () => new MutationObserver(() => {
+  const text = document.querySelector('#streaming-message .stream-text');
+  if (text && text.textContent.length) window.__streamLengths.push(text.textContent.length);
+}).observe(document.body, { childList: true, subtree: true, characterData: true }));
+"""
 ROLES = """() => [...document.querySelectorAll('#messages .msg')]
   .map(m => m.classList.contains('msg-user') ? 'user' : 'assistant')"""
 
@@ -45,11 +48,13 @@ def smol(live_server: str, smollm_dir: Path) -> str:
 
 
 def _new_chat(page: Page, live_server: str) -> None:
+    """Chat opens ready to type: the message box has the focus, nothing is stored yet."""
     page.goto(live_server + "/chat")
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
     page.get_by_role("main").get_by_label("Model").select_option("smol")
-    page.get_by_role("button", name="New chat", exact=True).click()
-    page.wait_for_url(re.compile(re.escape(live_server) + r"/chat/\d+$"))
-    expect(page.get_by_role("textbox", name="Title")).to_have_value("New chat")
+    expect(
+        page.get_by_role("complementary", name="Conversations").locator(".conversation-list a")
+    ).to_have_count(0)
 
 
 def _set_parameters(page: Page, *, max_tokens: int, calculator: bool = False) -> None:
@@ -100,6 +105,10 @@ def _bubbles(page: Page) -> list[str]:
     return [m.inner_text() for m in page.locator("#messages .msg .msg-text").all()]
 
 
+def _conversation_links(page: Page) -> Locator:
+    return page.get_by_role("complementary", name="Conversations").locator(".conversation-list a")
+
+
 def _current_conversation(page: Page) -> Locator:
     return page.get_by_role("complementary", name="Conversations").locator('a[aria-current="page"]')
 
@@ -108,9 +117,9 @@ def _stats(message: Locator) -> Locator:
     return message.get_by_test_id("message-stats")
 
 
-def _stream_a_reply(page: Page) -> None:
-    """Shift+Enter is a new line; Enter sends; the reply grows on the page, then is saved."""
-    page.evaluate(RECORD_STREAM_LENGTHS)
+def _stream_a_reply(page: Page, live_server: str) -> None:
+    """Shift+Enter is a new line; Enter sends (and creates the conversation: its page opens);
+    the reply grows on the page, then is saved."""
     box = page.get_by_role("textbox", name="Message")
     box.press_sequentially("What is the capital")
     box.press("Shift+Enter")
@@ -118,6 +127,10 @@ def _stream_a_reply(page: Page) -> None:
     expect(page.locator("#messages .msg")).to_have_count(0)  # nothing was sent
     box.press_sequentially("of France?")
     box.press("Enter")
+    page.wait_for_url(re.compile(re.escape(live_server) + r"/chat/\d+$"))
+    expect(
+        page.get_by_role("complementary", name="Conversations").locator(".conversation-list a")
+    ).to_have_count(1)
 
     user = page.locator("#messages .msg-user")
     expect(user).to_have_count(1)
@@ -131,7 +144,7 @@ def _stream_a_reply(page: Page) -> None:
     expect(reply.locator(".msg-text")).not_to_be_empty()
     expect(_stats(reply)).to_contain_text("tok/s")
     expect(reply.get_by_role("button", name="Regenerate")).to_be_enabled()
-    # The first message names the conversation at once, without a reload.
+    # The first message names the conversation.
     expect(_current_conversation(page)).to_have_text("What is the capital of France?")
     expect(page.get_by_role("textbox", name="Title")).to_have_value("What is the capital of France?")
     expect(page).to_have_title("What is the capital of France? · MLX Manager")
@@ -220,9 +233,7 @@ def _export_and_rename(page: Page, live_server: str) -> None:
     title.fill("Capitals and dragons")
     page.get_by_role("button", name="Rename").click()
     expect(page).to_have_title("Capitals and dragons · MLX Manager")
-    expect(page.get_by_role("complementary", name="Conversations").get_by_role("link")).to_have_text(
-        ["Capitals and dragons"]
-    )
+    expect(_conversation_links(page)).to_have_text(["Capitals and dragons"])
     expect(title).to_have_value("Capitals and dragons")
 
 
@@ -231,9 +242,10 @@ def test_a_reply_streams_stops_regenerates_resends_after_an_edit_and_survives_a_
     live_server: str, smol: str, chromium: Path
 ) -> None:
     with browse(live_server, chromium) as page:
+        page.add_init_script(RECORD_STREAM_LENGTHS)
         _new_chat(page, live_server)
         _set_parameters(page, max_tokens=24)
-        _stream_a_reply(page)
+        _stream_a_reply(page, live_server)
         _regenerate(page)
         _edit_first_and_resend(page)
         _stop_mid_stream(page)
