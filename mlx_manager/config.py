@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from mlx_server.config import DEFAULT_HOME, MLXServerSettings
+from mlx_server.facade import DEFAULT_HOME, MLXServerSettings, SettingsSlot
 
 
 class ManagerSettings(BaseSettings):
@@ -40,25 +39,8 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-_override: ManagerSettings | None = None
-
-
-@lru_cache
-def _from_environment() -> ManagerSettings:
-    return ManagerSettings()
-
-
-def get_manager_settings() -> ManagerSettings:
-    return _override or _from_environment()
-
-
-def use_manager_settings(settings: ManagerSettings) -> None:
-    """Pin the settings object, e.g. `serve --host` over MLX_MANAGER_HOST."""
-    global _override
-    _override = settings
-
-
-def reset_manager_settings() -> None:
-    global _override
-    _override = None
-    _from_environment.cache_clear()
+_settings = SettingsSlot(ManagerSettings)
+get_manager_settings = _settings.get
+# Pin the settings object, e.g. `serve --host` over MLX_MANAGER_HOST.
+use_manager_settings = _settings.use
+reset_manager_settings = _settings.reset

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,25 +58,34 @@ class MLXServerSettings(BaseSettings):
         return self.home_dir / "models"
 
 
-_override: MLXServerSettings | None = None
+S = TypeVar("S", bound=BaseSettings)
 
 
-@lru_cache
-def _from_environment() -> MLXServerSettings:
-    return MLXServerSettings()
+class SettingsSlot(Generic[S]):
+    """One settings object: read from the environment on first use (and kept), unless one was
+    pinned with `use`; `reset` forgets both."""
+
+    def __init__(self, read: Callable[[], S]) -> None:
+        self._read = read
+        self._pinned: S | None = None
+        self._read_once: S | None = None
+
+    def get(self) -> S:
+        if self._pinned is not None:
+            return self._pinned
+        if self._read_once is None:
+            self._read_once = self._read()
+        return self._read_once
+
+    def use(self, settings: S) -> None:
+        self._pinned = settings
+
+    def reset(self) -> None:
+        self._pinned = self._read_once = None
 
 
-def get_settings() -> MLXServerSettings:
-    return _override or _from_environment()
-
-
-def use_settings(settings: MLXServerSettings) -> None:
-    """Pin the settings object, e.g. the manager pointing the embedded server at its home."""
-    global _override
-    _override = settings
-
-
-def reset_settings() -> None:
-    global _override
-    _override = None
-    _from_environment.cache_clear()
+_settings = SettingsSlot(MLXServerSettings)
+get_settings = _settings.get
+# Pin the settings object, e.g. the manager pointing the embedded server at its home.
+use_settings = _settings.use
+reset_settings = _settings.reset

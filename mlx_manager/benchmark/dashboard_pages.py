@@ -13,7 +13,6 @@ It lives with the manager: it times the manager app, in process.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import random
@@ -22,10 +21,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from mlx_server.benchmark._server import write_section
+from mlx_server.facade import bench_arguments, write_section
 
 START, END = "<!-- dashboard-pages-benchmark:start -->", "<!-- dashboard-pages-benchmark:end -->"
 TARGET_MS = 100.0
@@ -36,7 +34,7 @@ SKIPPED = {"/downloads/events": "an endless event stream", "/hub/search": "waits
 
 
 def _rows(count: int) -> list[Any]:
-    from mlx_server.records import AuditLog
+    from mlx_server.facade import AuditLog
 
     rng = random.Random(7)
     start = datetime.now(UTC) - timedelta(days=30)
@@ -82,8 +80,7 @@ def _measure(rows: int, runs: int) -> list[tuple[str, int, list[float]]]:
     from sqlmodel import Session, col, select
 
     from mlx_manager.main import create_app
-    from mlx_server.database import get_engine
-    from mlx_server.records import AuditLog
+    from mlx_server.facade import AuditLog, get_engine
 
     results: list[tuple[str, int, list[float]]] = []
     with TestClient(create_app()) as client:
@@ -91,9 +88,6 @@ def _measure(rows: int, runs: int) -> list[tuple[str, int, list[float]]]:
             session.add_all(_rows(rows))
             session.commit()
             ids = list(session.exec(select(AuditLog.id).order_by(col(AuditLog.id))).all())
-        middle, oldest = ids[len(ids) // 2], ids[60]
-        week_ago = (datetime.now(UTC) - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
-        fragment = {"HX-Request": "true"}
 
         def page(label: str, url: str, headers: dict[str, str] | None = None) -> None:
             def call() -> None:
@@ -112,23 +106,7 @@ def _measure(rows: int, runs: int) -> list[tuple[str, int, list[float]]]:
                 status = response.status_code
             results.append((label, status, _time(call, runs)))
 
-        page("/audit", "/audit")
-        page("/audit?model= (htmx filter)", f"/audit?model={MODELS[1]}", fragment)
-        page("/audit?endpoint= (htmx filter)", "/audit?endpoint=POST%20/v1/messages", fragment)
-        page("/audit?status=404 (htmx filter)", "/audit?status=404", fragment)
-        page("/audit?status=5xx (htmx filter)", "/audit?status=5xx", fragment)
-        page("/audit?status=error (htmx filter)", "/audit?status=error", fragment)
-        page("/audit?since= (last 7 days)", f"/audit?since={week_ago}", fragment)
-        page("/audit, all filters", f"/audit?model={MODELS[0]}&status=2xx&since={week_ago}", fragment)
-        page("/audit?before_id= (load more, middle)", f"/audit?before_id={middle}", fragment)
-        page("/audit?before_id= (load more, last page)", f"/audit?before_id={oldest}", fragment)
-        page("/audit/{id}", f"/audit/{middle}")
-        page("/audit/{id} (htmx inline)", f"/audit/{middle}", fragment)
-        page("/audit/{id} unknown (404)", "/audit/99999999")
-        first_byte("/audit/export.csv, first byte", "/audit/export.csv")
-        page(f"/audit/export.csv, all {rows} rows (whole download)", "/audit/export.csv")
-        first_byte("/audit/export.jsonl, first byte", "/audit/export.jsonl")
-        first_byte("/audit/events, first byte", "/audit/events")
+        _audit_pages(page, first_byte, ids, rows)
         timed_with_ids = _pages_with_ids(page)
 
         # Every other GET route of the app, as its OpenAPI schema lists them.
@@ -143,14 +121,40 @@ def _measure(rows: int, runs: int) -> list[tuple[str, int, list[float]]]:
     return results
 
 
+Page = Callable[..., None]
+
+
+def _audit_pages(page: Page, first_byte: Page, ids: list[int | None], rows: int) -> None:
+    """The audit log with each filter, "load more", the detail, the exports and the live tail."""
+    middle, oldest = ids[len(ids) // 2], ids[60]
+    week_ago = (datetime.now(UTC) - timedelta(days=7)).strftime("%Y-%m-%dT%H:%M")
+    fragment = {"HX-Request": "true"}
+    page("/audit", "/audit")
+    page("/audit?model= (htmx filter)", f"/audit?model={MODELS[1]}", fragment)
+    page("/audit?endpoint= (htmx filter)", "/audit?endpoint=POST%20/v1/messages", fragment)
+    page("/audit?status=404 (htmx filter)", "/audit?status=404", fragment)
+    page("/audit?status=5xx (htmx filter)", "/audit?status=5xx", fragment)
+    page("/audit?status=error (htmx filter)", "/audit?status=error", fragment)
+    page("/audit?since= (last 7 days)", f"/audit?since={week_ago}", fragment)
+    page("/audit, all filters", f"/audit?model={MODELS[0]}&status=2xx&since={week_ago}", fragment)
+    page("/audit?before_id= (load more, middle)", f"/audit?before_id={middle}", fragment)
+    page("/audit?before_id= (load more, last page)", f"/audit?before_id={oldest}", fragment)
+    page("/audit/{id}", f"/audit/{middle}")
+    page("/audit/{id} (htmx inline)", f"/audit/{middle}", fragment)
+    page("/audit/{id} unknown (404)", "/audit/99999999")
+    first_byte("/audit/export.csv, first byte", "/audit/export.csv")
+    page(f"/audit/export.csv, all {rows} rows (whole download)", "/audit/export.csv")
+    first_byte("/audit/export.jsonl, first byte", "/audit/export.jsonl")
+    first_byte("/audit/events, first byte", "/audit/events")
+
+
 def _pages_with_ids(page: Callable[[str, str], None]) -> set[str]:
     """The model detail page and a 40-message conversation (with reasoning, a tool call and code
     to highlight), on records made for the run; returns the routes timed."""
     from sqlmodel import Session
 
     from mlx_manager.services.conversations import add_message, create_conversation
-    from mlx_server.database import get_engine
-    from mlx_server.records import ModelRecord, ModelSource
+    from mlx_server.facade import ModelRecord, ModelSource, get_engine
 
     with Session(get_engine(), expire_on_commit=False) as session:
         session.add(
@@ -206,13 +210,9 @@ def _table(results: list[tuple[str, int, list[float]]], rows: int, runs: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = bench_arguments(
+        __doc__, "replace the dashboard section of this markdown file", rows=10_000, runs=20
     )
-    parser.add_argument("--rows", type=int, default=10_000)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--write", type=Path, help="replace the dashboard section of this markdown file")
-    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="mlx-dashboard-bench-") as home:
         # A fresh home, no default model import, and no way to reach the hub.
         os.environ.update(

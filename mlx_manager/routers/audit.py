@@ -10,18 +10,23 @@ from sqlmodel import Session, col
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from mlx_manager.services.audit_filters import AuditQuery, parse_audit_query
+from mlx_manager.deps import SessionDep
+from mlx_manager.services.audit_filters import AuditPageQuery, parse_audit_page_query
 from mlx_manager.services.audit_streams import csv_export, jsonl_export, live_tail
 from mlx_manager.web.templating import render, wants_fragment
-from mlx_server.database import SessionDep, get_engine
-from mlx_server.records import AuditLog, utcnow
-from mlx_server.services.operations.audit import (
+from mlx_server.facade import (
     MAX_RETENTION_DAYS,
+    AuditLog,
     audit_retention,
     audit_service,
+    count_audit_rows,
+    distinct_values,
+    get_engine,
+    latest_id,
+    page_before,
     set_audit_retention,
+    utcnow,
 )
-from mlx_server.services.operations.audit_search import count, distinct_values, latest_id, page_before
 
 router = APIRouter(prefix="/audit")
 
@@ -30,7 +35,7 @@ PAGE_SIZE = 50
 MAX_LIVE_TAILS = 16
 
 
-def _page_context(session: Session, query: AuditQuery) -> dict[str, Any]:
+def _page_context(session: Session, query: AuditPageQuery) -> dict[str, Any]:
     """Everything audit.html shows: one page of rows, the form's suggestions, the retention."""
     context: dict[str, Any] = {
         "query": query,
@@ -49,7 +54,7 @@ def _page_context(session: Session, query: AuditQuery) -> dict[str, Any]:
     context.update(
         rows=rows[:PAGE_SIZE],
         next_before_id=rows[PAGE_SIZE - 1].id if len(rows) > PAGE_SIZE else None,
-        total=count(session, query.filters),
+        total=count_audit_rows(session, query.filters),
         head_id=head_id,
     )
     return context
@@ -58,7 +63,7 @@ def _page_context(session: Session, query: AuditQuery) -> dict[str, Any]:
 @router.get("", response_class=HTMLResponse)
 def audit_page(request: Request, session: SessionDep) -> HTMLResponse:
     """Newest first, PAGE_SIZE rows; `before_id` gives the next page (htmx: just its rows)."""
-    query = parse_audit_query(request.query_params)
+    query = parse_audit_page_query(request.query_params)
     partial = "partials/audit_rows.html" if query.before_id is not None else "partials/audit_results.html"
     response = render(request, "audit.html", partial, **_page_context(session, query))
     if query.errors:
@@ -71,7 +76,7 @@ def _export_name(extension: str) -> str:
 
 
 def _export(request: Request, extension: str, media_type: str) -> Response:
-    query = parse_audit_query(request.query_params)
+    query = parse_audit_page_query(request.query_params)
     if query.errors:
         return PlainTextResponse("\n".join(query.errors) + "\n", status_code=status.HTTP_400_BAD_REQUEST)
     body = (csv_export if extension == "csv" else jsonl_export)(query.filters)
@@ -101,7 +106,7 @@ async def audit_events(request: Request) -> Response:
 
     A reconnecting EventSource sends Last-Event-ID (the last row it got), which wins.
     """
-    query = parse_audit_query(request.query_params)
+    query = parse_audit_page_query(request.query_params)
     if query.errors:
         return PlainTextResponse("\n".join(query.errors) + "\n", status_code=status.HTTP_400_BAD_REQUEST)
     if audit_service.listener_count >= MAX_LIVE_TAILS:
@@ -148,7 +153,7 @@ def update_retention(
         retention_input=days,
         pruned=pruned,
         saved=error is None,
-        **_page_context(session, parse_audit_query({})),
+        **_page_context(session, parse_audit_page_query({})),
     )
     if error:
         response.status_code = status.HTTP_400_BAD_REQUEST

@@ -14,18 +14,24 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from mlx_manager.routers.hub import search_results
+from mlx_manager.deps import SessionDep
 from mlx_manager.services.downloads import get_download_manager
-from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort
+from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort, search_results
 from mlx_manager.services.local_models import delete_model, disk_usage, local_model, local_models
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs
 from mlx_manager.web.templating import render, templates, wants_fragment
-from mlx_server.config import get_settings
-from mlx_server.database import SessionDep, get_engine
-from mlx_server.errors import APIError
-from mlx_server.models.gguf_import import GGUFImportError
-from mlx_server.models.store import ModelStoreError, get_model, import_gguf
-from mlx_server.services.operations import pool_admin
+from mlx_server.facade import (
+    APIError,
+    GGUFImportError,
+    ModelStoreError,
+    get_engine,
+    get_model,
+    get_server_settings,
+    import_gguf,
+    load_model,
+    set_pinned,
+    unload_model,
+)
 
 router = APIRouter(prefix="/models")
 
@@ -96,7 +102,7 @@ async def import_model(
     gguf = Path(path.strip()).expanduser()
     if not gguf.is_file():
         return _page(request, session, error=f"No file at {gguf}; give the full path of a .gguf file.")
-    models_dir = get_settings().models_dir
+    models_dir = get_server_settings().models_dir
 
     def run() -> str:
         with Session(get_engine()) as db:
@@ -120,11 +126,11 @@ async def pool_action(request: Request, session: SessionDep, model_id: str) -> R
         return _page(request, session, error=_missing(model_id), status=404)
     try:
         if action in ("load", "pin"):
-            await pool_admin.load_model(model_id, pin=action == "pin")
+            await load_model(model_id, pin=action == "pin")
         elif action == "unpin":
-            pool_admin.set_pinned(model_id, False)
+            set_pinned(model_id, False)
         else:
-            await pool_admin.unload_model(model_id)
+            await unload_model(model_id)
     except APIError as exc:
         return _row(request, session, model_id, error=exc.message)
     return _row(request, session, model_id)

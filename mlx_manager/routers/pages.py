@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from mlx_manager.deps import SessionDep
 from mlx_manager.web.templating import render
-from mlx_server.database import SessionDep, database_status
-from mlx_server.models.store import list_models
+from mlx_server.facade import database_status, list_models
 
 router = APIRouter()
 

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from mlx_manager.web.templating import render, templates, wants_fragment
-from mlx_server.services.operations import pool_admin
+from mlx_server.facade import pool_limits, pool_status, reset_pool_limits, set_pool_limits
+from mlx_server.facade import unload_all as unload_all_models
 
 router = APIRouter(prefix="/server")
 
@@ -19,8 +20,8 @@ def _page(request: Request, *, message: str | None = None, error: str | None = N
         request,
         "server.html",
         "partials/server_pool.html",
-        pool=pool_admin.pool_status(),
-        limits=pool_admin.pool_limits(),
+        pool=pool_status(),
+        limits=pool_limits(),
         message=message,
         error=error,
     )
@@ -47,9 +48,7 @@ def set_limits(
     idle_ttl_seconds: Annotated[float, Form()],
 ) -> Response:
     try:
-        pool_admin.set_pool_limits(
-            max_memory_gb=max_memory_gb, max_models=max_models, idle_ttl_seconds=idle_ttl_seconds
-        )
+        set_pool_limits(max_memory_gb=max_memory_gb, max_models=max_models, idle_ttl_seconds=idle_ttl_seconds)
     except ValueError as exc:
         return _page(request, error=str(exc))
     return _done(request, "Limits saved and applied.")
@@ -57,13 +56,13 @@ def set_limits(
 
 @router.post("/limits/reset", response_class=HTMLResponse)
 def reset_limits(request: Request) -> Response:
-    pool_admin.reset_pool_limits()
+    reset_pool_limits()
     return _done(request, "Limits are the environment's again.")
 
 
 @router.post("/unload-all", response_class=HTMLResponse)
 async def unload_all(request: Request) -> Response:
-    unloaded = await pool_admin.unload_all()
+    unloaded = await unload_all_models()
     return _done(request, f"Unloaded {len(unloaded)} model{'' if len(unloaded) == 1 else 's'}.")
 
 

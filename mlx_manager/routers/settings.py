@@ -7,26 +7,25 @@ gets the section again; a refused form is 400 with the section showing the messa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Form, Request, status
+from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
-from mlx_manager.config import ManagerSettings, get_manager_settings
+from mlx_manager.config import ManagerSettings
+from mlx_manager.deps import ManagerSettingsDep, SessionDep
 from mlx_manager.services import settings_forms as forms
+from mlx_manager.services.forms import FormError
 from mlx_manager.web.templating import render, wants_fragment
-from mlx_server.database import SessionDep
-from mlx_server.services.operations.audit import (
-    MAX_RETENTION_DAYS,
-    audit_retention,
-    audit_service,
-    set_audit_retention,
-)
+from mlx_server.facade import MAX_RETENTION_DAYS, audit_retention, audit_service, set_audit_retention
 
 router = APIRouter(prefix="/settings")
 
-ManagerSettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
+# A section's form: what it shows again when refused.
+Form_ = forms.PoolForm | forms.HubForm | forms.GenerationForm
 
 PARTIALS = {
     "pool": "partials/settings_pool.html",
@@ -77,6 +76,22 @@ def _section(
     return response
 
 
+def _saved(
+    request: Request,
+    session: Session,
+    settings: ManagerSettings,
+    section: str,
+    form: Form_,
+    save: Callable[[], str],
+) -> Response:
+    """Save one section's form (`save` returns the message); a refused form shows its input again."""
+    try:
+        message = save()
+    except FormError as exc:
+        return _section(request, session, settings, section, error=str(exc), shown=form.shown())
+    return _section(request, session, settings, section, message=message)
+
+
 @router.get("", response_class=HTMLResponse)
 def settings_page(
     request: Request, session: SessionDep, settings: ManagerSettingsDep, saved: str = ""
@@ -97,11 +112,7 @@ def save_pool(
     form: Annotated[forms.PoolForm, Form()],
 ) -> Response:
     """Same limits, same service as the Server page: stored and applied to the pool at once."""
-    try:
-        message = forms.save_pool(form)
-    except forms.FormError as exc:
-        return _section(request, session, settings, "pool", error=str(exc), shown=form.shown())
-    return _section(request, session, settings, "pool", message=message)
+    return _saved(request, session, settings, "pool", form, partial(forms.save_pool, form))
 
 
 @router.post("/audit", response_class=HTMLResponse)
@@ -132,11 +143,7 @@ def save_hub(
     form: Annotated[forms.HubForm, Form()],
 ) -> Response:
     """Endpoint, cache and auto-probe; the token only when typed (empty keeps it), or cleared."""
-    try:
-        message = forms.save_hub(session, form)
-    except forms.FormError as exc:
-        return _section(request, session, settings, "hub", error=str(exc), shown=form.shown())
-    return _section(request, session, settings, "hub", message=message)
+    return _saved(request, session, settings, "hub", form, partial(forms.save_hub, session, form))
 
 
 @router.post("/generation", response_class=HTMLResponse)
@@ -147,8 +154,6 @@ def save_generation(
     form: Annotated[forms.GenerationForm, Form()],
 ) -> Response:
     """The playground's defaults for new conversations and the API's max_tokens default."""
-    try:
-        message = forms.save_generation(session, form)
-    except forms.FormError as exc:
-        return _section(request, session, settings, "generation", error=str(exc), shown=form.shown())
-    return _section(request, session, settings, "generation", message=message)
+    return _saved(
+        request, session, settings, "generation", form, lambda: forms.save_generation(session, form)
+    )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from mlx_server.services.operations.audit_search import AuditFilter
+from mlx_server.facade import AuditFilter
 
 FILTER_FIELDS = ("model", "endpoint", "status", "since", "until")
 ERROR_STATUSES = ("error", "errors")
@@ -21,7 +21,7 @@ _EXAMPLE_TIME = "2026-11-22T10:30"
 
 
 @dataclass(frozen=True)
-class AuditQuery:
+class AuditPageQuery:
     """The filters of one request to the audit pages, with the form's values and any errors."""
 
     values: dict[str, str]
@@ -38,7 +38,7 @@ class AuditQuery:
         return urlencode(params)
 
 
-def parse_audit_query(params: Mapping[str, str]) -> AuditQuery:
+def parse_audit_page_query(params: Mapping[str, str]) -> AuditPageQuery:
     """Read the filters from a query string; problems are collected in `errors`."""
     values = {name: params.get(name, "").strip() for name in FILTER_FIELDS}
     errors: list[str] = []
@@ -60,7 +60,7 @@ def parse_audit_query(params: Mapping[str, str]) -> AuditQuery:
         since=since,
         until=until,
     )
-    return AuditQuery(
+    return AuditPageQuery(
         values=values,
         filters=filters,
         errors=errors,

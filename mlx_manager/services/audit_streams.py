@@ -27,10 +27,7 @@ from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from mlx_manager.web.templating import templates
-from mlx_server.database import get_engine
-from mlx_server.records import AuditLog
-from mlx_server.services.operations.audit import audit_service
-from mlx_server.services.operations.audit_search import AuditFilter, iter_batches, rows_after
+from mlx_server.facade import AuditFilter, AuditLog, audit_service, get_engine, iter_batches, rows_after
 
 CSV_COLUMNS = (
     "id", "request_id", "created_at", "endpoint", "model", "status", "latency_ms", "ttft_ms",

@@ -10,8 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from mlx_manager.services.chat_tools import BUILTIN_TOOLS, ToolDefinitionError, parse_tool_definitions
-from mlx_server.services.pipeline.generation import GenerationParams
-from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.facade import GenerationParams, SamplingParams
 
 ToolChoice = Literal["auto", "required", "none"]
 AgentMode = Literal["auto", "manual"]

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from mlx_manager.records import DownloadJob, DownloadStatus
-from mlx_manager.services.hub_fetch import DownloadStopped
+from mlx_manager.services.hub import HubConfig, hub_error
+from mlx_manager.services.hub_fetch import CorruptFileError, DownloadStopped
 
 ACTIVE = (DownloadStatus.QUEUED, DownloadStatus.RUNNING)
 PUBLISH_INTERVAL_S = 0.25  # at most 4 updates a second per download
@@ -155,3 +156,17 @@ class JobProgress:
         if force or now - self._saved_at >= SAVE_INTERVAL_S:
             self._saved_at = now
             self._save(self.state())
+
+
+def failure_message(exc: Exception, state: DownloadState, config: HubConfig | None) -> str:
+    """What failed and what to do, for the job's `error` column."""
+    if isinstance(exc, (DownloadRefused, CorruptFileError)):
+        return str(exc)
+    endpoint = config.endpoint if config is not None else "the configured hub"
+    error = hub_error(exc, endpoint, state.repo_id, state.revision)
+    if error is not None:
+        return error.message
+    return (
+        f"Download of {state.repo_id} failed ({type(exc).__name__}: {exc}). The files received so far are "
+        "kept; resume the download to continue."
+    )

@@ -34,20 +34,18 @@ from mlx_manager.services.download_state import (
     DownloadState,
     JobProgress,
     Subscriber,
+    failure_message,
 )
 from mlx_manager.services.hub import (
     HubConfig,
     HubError,
     check_repo,
     check_repo_id,
-    hub_error,
     load_hub_config,
 )
-from mlx_manager.services.hub_fetch import CorruptFileError, DownloadStopped, Snapshot, fetch_snapshot
+from mlx_manager.services.hub_fetch import DownloadStopped, Snapshot, fetch_snapshot
 from mlx_manager.services.settings_store import Setting, get_setting
-from mlx_server.database import get_engine
-from mlx_server.models.store import get_model
-from mlx_server.records import ModelRecord, ModelSource, utcnow
+from mlx_server.facade import ModelRecord, ModelSource, get_engine, get_model, utcnow
 
 logger = logging.getLogger("mlx_manager.downloads")
 
@@ -259,7 +257,7 @@ class DownloadManager:
             self._update(job_id, status=status, bytes_done=progress.state().bytes_done)
             return
         except Exception as exc:
-            message = _failure_message(exc, state, config)
+            message = failure_message(exc, state, config)
             logger.warning("download %s of %s failed: %s", job_id, state.repo_id, message, exc_info=exc)
             self._update(
                 job_id, status=DownloadStatus.FAILED, error=message, bytes_done=progress.state().bytes_done
@@ -356,20 +354,6 @@ class DownloadManager:
             except Exception:
                 logger.exception("download subscriber failed; unsubscribing it")
                 self._subscribers.pop(key, None)
-
-
-def _failure_message(exc: Exception, state: DownloadState, config: HubConfig | None) -> str:
-    """What failed and what to do, for the job's `error` column."""
-    if isinstance(exc, (DownloadRefused, CorruptFileError)):
-        return str(exc)
-    endpoint = config.endpoint if config is not None else "the configured hub"
-    error = hub_error(exc, endpoint, state.repo_id, state.revision)
-    if error is not None:
-        return error.message
-    return (
-        f"Download of {state.repo_id} failed ({type(exc).__name__}: {exc}). The files received so far are "
-        "kept; resume the download to continue."
-    )
 
 
 def _log_crash(future: Future[Any]) -> None:

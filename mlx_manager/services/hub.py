@@ -27,8 +27,7 @@ from huggingface_hub.hf_api import ExpandModelProperty_T, ModelInfo, ModelSort_T
 from sqlmodel import Session
 
 from mlx_manager.services.settings_store import HUB_CACHE_DIR, HUB_ENDPOINT, HUB_TOKEN, get_setting
-from mlx_server import __version__
-from mlx_server.models.store import ModelStoreError, validate_model_id
+from mlx_server.facade import ModelStoreError, __version__, memory_budget_bytes, validate_model_id
 
 DEFAULT_AUTHOR = "mlx-community"
 DEFAULT_CONTEXT_TOKENS = 4096
@@ -163,12 +162,20 @@ def weights_bytes(parameters: Mapping[str, int]) -> int:
     return sum(count * DTYPE_BYTES.get(dtype.upper(), 2) for dtype, count in parameters.items())
 
 
-def quantization_bits(repo_id: str, tags: list[str], config: Mapping[str, Any] | None) -> int | None:
-    """Bits per weight: the config's `quantization` block, else a "4-bit" tag, else the name."""
+def config_quantization_bits(config: Mapping[str, Any] | None) -> int | None:
+    """Bits per weight from a config.json's `quantization` (MLX) or `quantization_config` block."""
     for key in ("quantization", "quantization_config"):
         block = (config or {}).get(key)
         if isinstance(block, Mapping) and isinstance(block.get("bits"), int):
             return int(block["bits"])
+    return None
+
+
+def quantization_bits(repo_id: str, tags: list[str], config: Mapping[str, Any] | None) -> int | None:
+    """Bits per weight: the config's `quantization` block, else a "4-bit" tag, else the name."""
+    bits = config_quantization_bits(config)
+    if bits is not None:
+        return bits
     for text in [*tags, repo_id.rsplit("/", 1)[-1]]:
         match = re.search(r"(?<![0-9])(\d{1,2})-?bits?\b", text, re.IGNORECASE)
         if match:
@@ -218,6 +225,23 @@ def search_models(
         if error is None:
             raise
         raise error from exc
+
+
+def search_results(
+    session: Session, *, query: str, sort: SearchSort, author: str
+) -> tuple[dict[str, Any], int]:
+    """What the hub results show (partials/hub_results.html), and the status code: the hub's
+    failure is 502 (or its status) with the reason."""
+    budget = memory_budget_bytes()
+    context: dict[str, Any] = {"query": query, "sort": sort, "author": author, "budget_bytes": budget}
+    context["context_tokens"] = DEFAULT_CONTEXT_TOKENS
+    try:
+        config = load_hub_config(session)
+        context["results"] = search_models(config, query=query, author=author, sort=sort, budget_bytes=budget)
+    except HubError as exc:
+        context["error"] = exc.message
+        return context, exc.status_code
+    return context, 200
 
 
 def check_repo_id(repo_id: str) -> str:

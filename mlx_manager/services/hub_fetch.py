@@ -33,7 +33,7 @@ from huggingface_hub.utils.sha import git_hash, sha_fileobj
 from mlx_lm.utils import DEFAULT_ALLOW_PATTERNS
 
 from mlx_manager.services.hub import HubConfig, HubError
-from mlx_server import __version__
+from mlx_server.facade import __version__
 
 # The files mlx-lm itself fetches (weights, configs, tokenizer); its completeness check uses the same.
 ALLOW_PATTERNS: list[str] = list(DEFAULT_ALLOW_PATTERNS)

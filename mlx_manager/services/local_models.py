@@ -10,17 +10,23 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from huggingface_hub import scan_cache_dir
 from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
 from sqlmodel import Session, select
 
-from mlx_server.config import get_settings
-from mlx_server.models.pool import get_model_pool
-from mlx_server.models.store import ModelStoreError, get_model, list_models
-from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from mlx_server.services.operations.probe import is_probe_running
+from mlx_manager.services.hub import config_quantization_bits
+from mlx_server.facade import (
+    ModelCapabilities,
+    ModelRecord,
+    ModelSource,
+    ModelStoreError,
+    get_model,
+    get_server_settings,
+    is_probe_running,
+    list_models,
+    pool_state,
+)
 
 
 @dataclass(frozen=True)
@@ -58,31 +64,28 @@ class DiskUsage:
     free_bytes: int
 
 
-def quantization_bits(path: Path) -> int | None:
-    """Bits per weight from an MLX config.json (`quantization.bits`); None when unquantized."""
+def local_quantization_bits(path: Path) -> int | None:
+    """Bits per weight from a model directory's config.json; None when unquantized or unreadable."""
     try:
-        config: dict[str, Any] = json.loads((path / "config.json").read_text())
+        config = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    quantization = config.get("quantization") or config.get("quantization_config") or {}
-    bits = quantization.get("bits") if isinstance(quantization, dict) else None
-    return bits if isinstance(bits, int) else None
+    return config_quantization_bits(config) if isinstance(config, dict) else None
 
 
 def local_models(session: Session) -> list[LocalModel]:
     capabilities = {c.model_id: c for c in session.exec(select(ModelCapabilities))}
-    pool = get_model_pool()
     rows = []
     for record in list_models(session):
-        loaded = pool.get_loaded(record.id)
+        state = pool_state(record.id)
         rows.append(
             LocalModel(
                 record=record,
                 capabilities=capabilities.get(record.id),
-                bits=quantization_bits(Path(record.path)),
-                loaded=loaded is not None,
-                pinned=bool(loaded and loaded.pinned),
-                busy=bool(loaded and loaded.active),
+                bits=local_quantization_bits(Path(record.path)),
+                loaded=state.loaded,
+                pinned=state.pinned,
+                busy=state.busy,
             )
         )
     return rows
@@ -93,7 +96,7 @@ def local_model(session: Session, model_id: str) -> LocalModel | None:
 
 
 def disk_usage(models: list[LocalModel]) -> DiskUsage:
-    home = get_settings().home_dir
+    home = get_server_settings().home_dir
     home.mkdir(parents=True, exist_ok=True)
     return DiskUsage(
         models_bytes=sum(m.record.size_bytes for m in models), free_bytes=shutil.disk_usage(home).free
@@ -110,12 +113,12 @@ def delete_model(session: Session, model_id: str) -> str:
     record = get_model(session, model_id)
     if record is None:
         raise ModelStoreError(f"There is no model {model_id!r}.")
-    if get_model_pool().get_loaded(model_id) is not None:
+    if pool_state(model_id).loaded:
         raise ModelStoreError(f"{model_id} is loaded; unload it before deleting it.")
     if is_probe_running(model_id):
         raise ModelStoreError(f"{model_id} is being probed; delete it once the probe has finished.")
     path = Path(record.path)
-    if record.source == ModelSource.GGUF_IMPORT and path.is_relative_to(get_settings().models_dir):
+    if record.source == ModelSource.GGUF_IMPORT and path.is_relative_to(get_server_settings().models_dir):
         shutil.rmtree(path, ignore_errors=True)
         done = f"Deleted {model_id} and its files ({path})."
     elif record.source == ModelSource.HUB:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from mlx_server.services.operations.setting_overrides import read_override, write_override
+from mlx_server.facade import read_override, write_override
 
 PRESETS_KEY = "chat_system_presets"
 MAX_PRESETS = 50

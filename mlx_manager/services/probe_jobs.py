@@ -15,9 +15,7 @@ from typing import Literal
 
 from mlx_manager.services.downloads import CompletedDownload, add_completion_hook, remove_completion_hook
 from mlx_manager.services.settings_store import AUTO_PROBE
-from mlx_server.errors import APIError
-from mlx_server.records import ModelCapabilities
-from mlx_server.services.operations.probe import ProbeStep, probe_model
+from mlx_server.facade import APIError, ModelCapabilities, ProbeStep, probe_model
 
 logger = logging.getLogger("mlx_manager.probe")
 

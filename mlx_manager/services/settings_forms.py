@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from sqlmodel import Session
 
 from mlx_manager.config import ManagerSettings
+from mlx_manager.services.forms import FormError
 from mlx_manager.services.settings_store import (
     AUTO_PROBE,
     CHAT_DEFAULTS,
@@ -30,18 +31,16 @@ from mlx_manager.services.settings_store import (
     set_setting,
     validate_setting,
 )
-from mlx_server.config import get_settings as get_server_settings
-from mlx_server.services.operations import pool_admin
-from mlx_server.services.operations.generation_defaults import (
+from mlx_server.facade import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
+    get_server_settings,
+    pool_limits,
+    read_override,
+    reset_pool_limits,
     set_default_max_tokens,
+    set_pool_limits,
 )
-from mlx_server.services.operations.setting_overrides import read_override
-
-
-class FormError(ValueError):
-    """The form was refused; the message says what to change."""
 
 
 class PoolForm(BaseModel):
@@ -105,7 +104,7 @@ def _sentence(message: str) -> str:
 
 
 def pool_section() -> dict[str, Any]:
-    limits = pool_admin.pool_limits()
+    limits = pool_limits()
     values = {
         "max_memory_gb": f"{round(limits.max_memory_gb, 2):g}",
         "max_models": str(limits.max_models),
@@ -116,10 +115,10 @@ def pool_section() -> dict[str, Any]:
 
 def save_pool(form: PoolForm) -> str:
     if form.reset:
-        pool_admin.reset_pool_limits()
+        reset_pool_limits()
         return "Pool limits are the environment's again."
     try:
-        pool_admin.set_pool_limits(
+        set_pool_limits(
             max_memory_gb=_float(form.max_memory_gb, "Memory budget"),
             max_models=_int(form.max_models, "Max models"),
             idle_ttl_seconds=_float(form.idle_ttl_seconds, "Idle unload"),

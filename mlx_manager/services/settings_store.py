@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 from huggingface_hub import constants as hf_constants
 from sqlmodel import Session
 
-from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
+from mlx_server.facade import delete_override, read_override, write_override
 
 T = TypeVar("T")
 

@@ -12,8 +12,7 @@ from fastapi.templating import Jinja2Templates
 
 from mlx_manager.services.markdown import render_markdown
 from mlx_manager.web.csrf import csrf_token
-from mlx_server import __version__
-from mlx_server.models.pool import get_model_pool
+from mlx_server.facade import __version__, pool_summary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
@@ -22,14 +21,6 @@ STATIC_DIR = PROJECT_ROOT / "static"
 templates = Jinja2Templates(directory=TEMPLATES_DIR)
 templates.env.globals["version"] = __version__
 templates.env.globals["csrf_token"] = csrf_token
-
-
-def pool_summary() -> dict[str, int]:
-    """The header's pool indicator: models loaded, memory used and the budget."""
-    status = get_model_pool().status()
-    return {"loaded": len(status["models"]), "used": status["used_bytes"], "budget": status["budget_bytes"]}
-
-
 templates.env.globals["pool_summary"] = pool_summary
 templates.env.globals["render_markdown"] = render_markdown
 

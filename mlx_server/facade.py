@@ -1,0 +1,204 @@
+"""What the manager may use of the server: the one seam between `mlx_manager` and `mlx_server`.
+
+`mlx_manager` imports from this module only (tests/test_architecture.py checks it), so a change
+inside the server that keeps these names keeps the dashboard working. Grouped by what it is for:
+the app and its settings, the database, models, the pool, chat, probes, the audit log,
+run-time settings overrides, and the benchmarks' command line and report file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlx_server import __version__
+from mlx_server.benchmark._server import bench_arguments, write_section
+from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot
+from mlx_server.config import get_settings as get_server_settings
+from mlx_server.config import use_settings as use_server_settings
+from mlx_server.database import database_status, get_engine, get_session, upgrade_database
+from mlx_server.errors import APIError, ModelNotFoundError
+from mlx_server.main import create_app as create_server_app
+from mlx_server.main import health_router, server_services
+from mlx_server.models.detection import read_chat_template
+from mlx_server.models.gguf_import import GGUFImportError
+from mlx_server.models.pool import get_model_pool
+from mlx_server.models.store import (
+    ModelStoreError,
+    ensure_default_models,
+    get_model,
+    import_gguf,
+    list_models,
+    validate_model_id,
+)
+from mlx_server.observability import instrument
+from mlx_server.records import AuditLog, ModelCapabilities, ModelRecord, ModelSource, utcnow
+from mlx_server.services.operations.audit import (
+    MAX_RETENTION_DAYS,
+    audit_retention,
+    audit_service,
+    set_audit_retention,
+)
+from mlx_server.services.operations.audit_search import (
+    AuditFilter,
+    distinct_values,
+    iter_batches,
+    latest_id,
+    page_before,
+    rows_after,
+)
+from mlx_server.services.operations.audit_search import count as count_audit_rows
+from mlx_server.services.operations.generation_defaults import (
+    MAX_DEFAULT_MAX_TOKENS,
+    default_max_tokens_setting,
+    set_default_max_tokens,
+)
+from mlx_server.services.operations.pool_admin import (
+    MAX_MODELS_LIMIT,
+    PoolLimits,
+    load_model,
+    pool_limits,
+    pool_status,
+    reset_pool_limits,
+    set_pinned,
+    set_pool_limits,
+    unload_all,
+    unload_model,
+)
+from mlx_server.services.operations.probe import ProbeStep, is_probe_running, probe_model
+from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
+from mlx_server.services.pipeline.events import (
+    Finish,
+    FinishReason,
+    GenerationEvent,
+    Notice,
+    ReasoningDelta,
+    Reply,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    ToolCallDone,
+    ToolCallEvent,
+    ToolCallRejected,
+    ToolCallStarted,
+    Usage,
+)
+from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.inference import generate_chat_completion
+from mlx_server.services.pipeline.request import GenerationRequest
+from mlx_server.services.pipeline.sampling import SamplingParams
+
+
+def pool_summary() -> dict[str, int]:
+    """The dashboard header's pool indicator: models loaded, memory used and the budget."""
+    status = get_model_pool().status()
+    return {"loaded": len(status["models"]), "used": status["used_bytes"], "budget": status["budget_bytes"]}
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One model's place in the pool right now."""
+
+    loaded: bool
+    pinned: bool = False
+    busy: bool = False  # serving requests
+
+
+def pool_state(model_id: str) -> PoolState:
+    loaded = get_model_pool().get_loaded(model_id)
+    if loaded is None:
+        return PoolState(loaded=False)
+    return PoolState(loaded=True, pinned=loaded.pinned, busy=loaded.active > 0)
+
+
+def memory_budget_bytes() -> int:
+    """The pool's memory budget (what a model must fit in)."""
+    return get_model_pool().budget_bytes
+
+
+__all__ = [
+    "DEFAULT_HOME",
+    "MAX_DEFAULT_MAX_TOKENS",
+    "MAX_MODELS_LIMIT",
+    "MAX_RETENTION_DAYS",
+    "APIError",
+    "AuditFilter",
+    "AuditLog",
+    "CompletionStats",
+    "Finish",
+    "FinishReason",
+    "GGUFImportError",
+    "GenerationEvent",
+    "GenerationParams",
+    "GenerationRequest",
+    "MLXServerSettings",
+    "ModelCapabilities",
+    "ModelNotFoundError",
+    "ModelRecord",
+    "ModelSource",
+    "ModelStoreError",
+    "Notice",
+    "PoolLimits",
+    "PoolState",
+    "ProbeStep",
+    "ReasoningDelta",
+    "Reply",
+    "SamplingParams",
+    "SettingsSlot",
+    "TextDelta",
+    "TokenLogprob",
+    "ToolCallDelta",
+    "ToolCallDone",
+    "ToolCallEvent",
+    "ToolCallRejected",
+    "ToolCallStarted",
+    "Usage",
+    "__version__",
+    "audit_retention",
+    "audit_service",
+    "bench_arguments",
+    "count_audit_rows",
+    "create_server_app",
+    "database_status",
+    "default_max_tokens_setting",
+    "delete_override",
+    "distinct_values",
+    "ensure_default_models",
+    "generate_chat_completion",
+    "get_engine",
+    "get_model",
+    "get_model_pool",
+    "get_server_settings",
+    "get_session",
+    "health_router",
+    "import_gguf",
+    "instrument",
+    "is_probe_running",
+    "iter_batches",
+    "latest_id",
+    "list_models",
+    "load_model",
+    "memory_budget_bytes",
+    "page_before",
+    "pool_limits",
+    "pool_state",
+    "pool_status",
+    "pool_summary",
+    "probe_model",
+    "read_chat_template",
+    "read_override",
+    "reset_pool_limits",
+    "rows_after",
+    "server_services",
+    "set_audit_retention",
+    "set_default_max_tokens",
+    "set_pinned",
+    "set_pool_limits",
+    "unload_all",
+    "unload_model",
+    "upgrade_database",
+    "use_server_settings",
+    "utcnow",
+    "validate_model_id",
+    "write_override",
+    "write_section",
+]
