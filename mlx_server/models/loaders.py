@@ -110,28 +110,9 @@ def read_spec(model_id: str) -> ModelSpec:
     )
 
 
-def _load_text_model(spec: ModelSpec) -> LoadedModel:
-    from mlx_lm import load
-
-    before = active_memory_bytes()
-    model, tokenizer = load(str(spec.path))
-    measured = active_memory_bytes() - before
-    return LoadedModel(
-        model_id=spec.model_id,
-        model_type=spec.model_type,
-        family=spec.family,
-        model=model,
-        tokenizer=tokenizer,
-        adapter=create_adapter(spec.family, tokenizer, spec.capabilities),
-        config=spec.config,
-        size_bytes=measured if measured > 0 else spec.estimate_bytes,
-        probed=spec.capabilities is not None,
-    )
-
-
-def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
-    from mlx_embeddings.utils import load
-
+def _measured_load(spec: ModelSpec, load: Callable[[str], Any]) -> LoadedModel:
+    """Load with `load(path)` -> (model, tokenizer); the size is the MLX memory it took (the
+    files' size when nothing was measured). The adapter is the caller's to set."""
     before = active_memory_bytes()
     model, tokenizer = load(str(spec.path))
     measured = active_memory_bytes() - before
@@ -145,8 +126,23 @@ def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
         config=spec.config,
         size_bytes=measured if measured > 0 else spec.estimate_bytes,
         probed=spec.capabilities is not None,
-        embedding=EmbeddingProfile.read(spec.path, spec.config),
     )
+
+
+def _load_text_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_lm import load
+
+    loaded = _measured_load(spec, load)
+    loaded.adapter = create_adapter(spec.family, loaded.tokenizer, spec.capabilities)
+    return loaded
+
+
+def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_embeddings.utils import load
+
+    loaded = _measured_load(spec, load)
+    loaded.embedding = EmbeddingProfile.read(spec.path, spec.config)
+    return loaded
 
 
 LOADERS: dict[ModelType, Callable[[ModelSpec], LoadedModel]] = {
