@@ -1,8 +1,8 @@
 """The chat playground in a real browser with the real SmolLM2: Chat opens ready to type and the
 first message creates the conversation, a reply streams in, Stop ends it, Regenerate replaces
 it, Edit rewinds and resends, a reload shows the same history, the agent loop runs the
-calculator, model output with markup stays text, export and rename. A reply outlives its page
-and a restart keeps it, marked interrupted (test_chat_turn_browser.py).
+calculator, model output with markup stays text, export and rename. A reply outlives its page,
+and a restart keeps it, marked interrupted.
 
 Writes docs/screenshots/chat.png and chat-tools.png on the way.
 """
@@ -18,9 +18,10 @@ from playwright.sync_api import ElementHandle, Locator, Page, expect
 from sqlmodel import Session
 
 from mlx_manager.services.conversations import add_message, create_conversation
-from mlx_server.database import get_engine
+from mlx_server.database import get_engine, upgrade_database
 from mlx_server.records import ModelRecord, ModelSource
-from tests.browser.support import SECONDS, browse, screenshot
+from tests.browser.support import SECONDS, VIEWPORT, browse, screenshot
+from tests.support import ServerProcess
 
 REPLY_SECONDS = 60  # the first reply also loads the model
 XSS_REPLY = 'Hi <script>window.__xss=1</script> <img src=x onerror="window.__xss=2">'
@@ -34,6 +35,8 @@ document.addEventListener('DOMContentLoaded', () => new MutationObserver(() => {
   if (text && text.textContent.length) window.__streamLengths.push(text.textContent.length);
 }).observe(document.body, { childList: true, subtree: true, characterData: true }));
 """
+STREAMED = "#streaming-message .stream-text"
+GREW = "n => (document.querySelector('#streaming-message .stream-text')?.textContent.length ?? 0) > n"
 ROLES = """() => [...document.querySelectorAll('#messages .msg')]
   .map(m => m.classList.contains('msg-user') ? 'user' : 'assistant')"""
 
@@ -308,3 +311,67 @@ def test_a_reply_with_script_and_img_markup_is_shown_as_text(
         assert page.evaluate("() => typeof window.__xss") == "undefined"
         expect(page.locator(".msg img")).to_have_count(0)
         expect(page.locator(".msg script")).to_have_count(0)
+
+
+@pytest.mark.browser
+def test_a_reply_outlives_its_page_and_a_restart_keeps_it_marked_interrupted(
+    home: Path, smollm_dir: Path, chromium: Path, tmp_path: Path
+) -> None:
+    """`mlx-manager serve` as users run it: a long reply goes on when its page is closed and is
+    there, still growing, when the conversation is opened again; Chat then opens with the
+    last-used model; a reply cut by a restart is kept, marked interrupted."""
+    upgrade_database()
+    with Session(get_engine()) as session:
+        for model_id in ("smol", "smol-2"):  # the last-used one is not the first in the list
+            session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=str(smollm_dir)))
+        session.commit()
+    log = tmp_path / "serve.log"
+    server = ServerProcess(home, log)
+    server.start()
+    try:
+        with browse(server.url, chromium) as page:
+            _new_chat(page, server.url)
+            page.get_by_role("main").get_by_label("Model").select_option("smol-2")
+            _set_parameters(page, max_tokens=90)
+            _send(page, "Write a long story about a dragon.")
+            page.wait_for_url(re.compile(re.escape(server.url) + r"/chat/\d+$"))
+            expect(_conversation_links(page)).to_have_count(1)
+            conversation = page.url
+            expect(page.locator(STREAMED)).to_have_text(
+                re.compile(r"\S.{10,}", re.S), timeout=REPLY_SECONDS * SECONDS
+            )
+            assert page.context.browser is not None
+            reopened = page.context.browser.new_page(viewport=VIEWPORT)  # as a new tab would
+            page.close()  # the turn is the app's: it goes on
+            reopened.goto(conversation)
+            so_far = len(reopened.locator(STREAMED).inner_text())
+            assert so_far > 10, "the reopened page does not show the reply so far"
+            reopened.wait_for_function(GREW, arg=so_far, timeout=REPLY_SECONDS * SECONDS)
+            _reply_done(reopened)
+            expect(_stats(reopened.locator("#messages .msg-assistant").last)).to_contain_text("tok/s")
+            reopened.goto(server.url + "/chat")
+            expect(reopened.get_by_role("main").get_by_label("Model")).to_have_value("smol-2")
+
+            reopened.goto(conversation)
+            _send(reopened, "Tell me another long story.")
+            expect(reopened.locator(STREAMED)).to_have_text(
+                re.compile(r"\S.{10,}", re.S), timeout=REPLY_SECONDS * SECONDS
+            )
+            reopened.close()  # (a closed page: no console error from the server going away)
+            server.stop()  # mid-reply
+    finally:
+        if server.process is not None and server.process.poll() is None:
+            server.process.kill()
+    restarted = ServerProcess(home, log)
+    restarted.start()
+    try:
+        with browse(restarted.url, chromium) as page:
+            page.goto(restarted.url + conversation.removeprefix(server.url))
+            assert _roles(page) == ["user", "assistant", "user", "assistant"]
+            cut = page.locator("#messages .msg-assistant").last
+            expect(_stats(cut)).to_contain_text("interrupted")
+            expect(cut.locator(".msg-text")).to_have_text(re.compile(r"\S.{10,}", re.S))
+            expect(page.locator("#streaming-message")).to_have_count(0)
+            expect(page.locator("#send-button")).to_be_enabled()
+    finally:
+        restarted.stop()
