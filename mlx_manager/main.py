@@ -42,16 +42,9 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     use_server_settings(settings.server_settings())
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
-    app.include_router(health_router)
-    app.include_router(pages.router)
-    app.include_router(models.router)
-    app.include_router(server.router)
-    app.include_router(chat.router)
-    app.include_router(chat_stream.router)
-    app.include_router(audit.router)
-    app.include_router(hub.router)
-    app.include_router(downloads.router)
-    app.include_router(settings_router)
+    page_routers = [m.router for m in (pages, models, server, chat, chat_stream, audit, hub, downloads)]
+    for router in (health_router, *page_routers, settings_router):
+        app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount("/v1", create_server_app(embedded=True))
     app.add_middleware(CSRFMiddleware)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_server import __version__
-from mlx_server.benchmark._server import bench_arguments, write_section
+from mlx_server.benchmark._server import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
@@ -184,6 +184,7 @@ __all__ = [
     "pool_status",
     "pool_summary",
     "probe_model",
+    "publish",
     "read_chat_template",
     "read_override",
     "reset_pool_limits",
@@ -200,5 +201,4 @@ __all__ = [
     "utcnow",
     "validate_model_id",
     "write_override",
-    "write_section",
 ]

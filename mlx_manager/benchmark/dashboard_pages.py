@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mlx_server.facade import bench_arguments, write_section
+from mlx_server.facade import bench_arguments, publish
 
 START, END = "<!-- dashboard-pages-benchmark:start -->", "<!-- dashboard-pages-benchmark:end -->"
 TARGET_MS = 100.0
@@ -223,9 +223,7 @@ def main() -> None:
         )
         os.environ.pop("MLX_SERVER_HOME", None)
         section = _table(_measure(args.rows, args.runs), args.rows, args.runs)
-    print(section)
-    if args.write:
-        write_section(args.write, "Dashboard pages", START, END, section)
+    publish(section, args.write, "Dashboard pages", START, END)
 
 
 if __name__ == "__main__":

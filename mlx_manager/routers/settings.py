@@ -8,10 +8,11 @@ gets the section again; a refused form is 400 with the section showing the messa
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Form, Request, status
+from fastapi import APIRouter, Depends, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlmodel import Session
 
@@ -35,7 +36,24 @@ PARTIALS = {
 }
 
 
-def _context(session: Session, settings: ManagerSettings) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Page:
+    """What every Settings route works with: the request, a session and the manager's settings."""
+
+    request: Request
+    session: Session
+    settings: ManagerSettings
+
+
+def _page(request: Request, session: SessionDep, settings: ManagerSettingsDep) -> Page:
+    return Page(request, session, settings)
+
+
+PageDep = Annotated[Page, Depends(_page)]
+
+
+def _context(page: Page) -> dict[str, Any]:
+    session, settings = page.session, page.settings
     return {
         "bind_warning": not settings.binds_loopback_only,
         "host": settings.host,
@@ -51,9 +69,7 @@ def _context(session: Session, settings: ManagerSettings) -> dict[str, Any]:
 
 
 def _section(
-    request: Request,
-    session: Session,
-    settings: ManagerSettings,
+    page: Page,
     section: str,
     *,
     message: str | None = None,
@@ -63,97 +79,65 @@ def _section(
 ) -> Response:
     """A saved section: redirect a plain form, re-render for htmx; a refused one: 400 with the
     section showing the error and the user's input (`shown`)."""
-    if error is None and not wants_fragment(request):
+    if error is None and not wants_fragment(page.request):
         return RedirectResponse(f"/settings?saved={section}#{section}", status_code=status.HTTP_303_SEE_OTHER)
-    context = {**_context(session, settings), **extra}
+    context = {**_context(page), **extra}
     if section != "audit":  # the audit partial reads its own names (extra)
         context[section].update(message=message, error=error)
         if shown is not None:
             context[section]["inputs"] = shown
-    response = render(request, "settings.html", PARTIALS[section], **context)
+    response = render(page.request, "settings.html", PARTIALS[section], **context)
     if error is not None:
         response.status_code = status.HTTP_400_BAD_REQUEST
     return response
 
 
-def _saved(
-    request: Request,
-    session: Session,
-    settings: ManagerSettings,
-    section: str,
-    form: Form_,
-    save: Callable[[], str],
-) -> Response:
+def _saved(page: Page, section: str, form: Form_, save: Callable[[], str]) -> Response:
     """Save one section's form (`save` returns the message); a refused form shows its input again."""
     try:
         message = save()
     except FormError as exc:
-        return _section(request, session, settings, section, error=str(exc), shown=form.shown())
-    return _section(request, session, settings, section, message=message)
+        return _section(page, section, error=str(exc), shown=form.shown())
+    return _section(page, section, message=message)
 
 
 @router.get("", response_class=HTMLResponse)
-def settings_page(
-    request: Request, session: SessionDep, settings: ManagerSettingsDep, saved: str = ""
-) -> HTMLResponse:
+def settings_page(page: PageDep, saved: str = "") -> HTMLResponse:
     """Reads only; `saved` (after a plain form's redirect) says which section was saved."""
-    context = _context(session, settings)
+    context = _context(page)
     if saved in ("pool", "hub", "generation"):
         context[saved]["message"] = "Saved."
     context.update(saved=saved == "audit", pruned=None)
-    return render(request, "settings.html", **context)
+    return render(page.request, "settings.html", **context)
 
 
 @router.post("/pool", response_class=HTMLResponse)
-def save_pool(
-    request: Request,
-    session: SessionDep,
-    settings: ManagerSettingsDep,
-    form: Annotated[forms.PoolForm, Form()],
-) -> Response:
+def save_pool(page: PageDep, form: Annotated[forms.PoolForm, Form()]) -> Response:
     """Same limits, same service as the Server page: stored and applied to the pool at once."""
-    return _saved(request, session, settings, "pool", form, partial(forms.save_pool, form))
+    return _saved(page, "pool", form, partial(forms.save_pool, form))
 
 
 @router.post("/audit", response_class=HTMLResponse)
 def save_audit_retention(
-    request: Request,
-    session: SessionDep,
-    settings: ManagerSettingsDep,
-    days: Annotated[str, Form()] = "",
-    reset: Annotated[str, Form()] = "",
+    page: PageDep, days: Annotated[str, Form()] = "", reset: Annotated[str, Form()] = ""
 ) -> Response:
     """Override MLX_SERVER_AUDIT_RETENTION_DAYS (or drop the override); prunes right away."""
     try:
-        set_audit_retention(session, None if reset else int(days))
+        set_audit_retention(page.session, None if reset else int(days))
     except ValueError:
         error = f'Keep audit rows for a whole number of days from 1 to {MAX_RETENTION_DAYS}, not "{days}".'
-        return _section(
-            request, session, settings, "audit", error=error, retention_error=error, retention_input=days
-        )
+        return _section(page, "audit", error=error, retention_error=error, retention_input=days)
     pruned = audit_service.prune_expired()
-    return _section(request, session, settings, "audit", saved=True, pruned=pruned)
+    return _section(page, "audit", saved=True, pruned=pruned)
 
 
 @router.post("/hub", response_class=HTMLResponse)
-def save_hub(
-    request: Request,
-    session: SessionDep,
-    settings: ManagerSettingsDep,
-    form: Annotated[forms.HubForm, Form()],
-) -> Response:
+def save_hub(page: PageDep, form: Annotated[forms.HubForm, Form()]) -> Response:
     """Endpoint, cache and auto-probe; the token only when typed (empty keeps it), or cleared."""
-    return _saved(request, session, settings, "hub", form, partial(forms.save_hub, session, form))
+    return _saved(page, "hub", form, partial(forms.save_hub, page.session, form))
 
 
 @router.post("/generation", response_class=HTMLResponse)
-def save_generation(
-    request: Request,
-    session: SessionDep,
-    settings: ManagerSettingsDep,
-    form: Annotated[forms.GenerationForm, Form()],
-) -> Response:
+def save_generation(page: PageDep, form: Annotated[forms.GenerationForm, Form()]) -> Response:
     """The playground's defaults for new conversations and the API's max_tokens default."""
-    return _saved(
-        request, session, settings, "generation", form, lambda: forms.save_generation(session, form)
-    )
+    return _saved(page, "generation", form, partial(forms.save_generation, page.session, form))

@@ -104,6 +104,13 @@ def running_server(home: Path) -> Iterator[str]:
         process.wait(timeout=30)
 
 
+def publish(section: str, path: Path | None, title: str, start: str, end: str) -> None:
+    """Print a benchmark's section, and write it into `path` (--write) when one is given."""
+    print(section)
+    if path is not None:
+        write_section(path, title, start, end, section)
+
+
 def write_section(path: Path, title: str, start: str, end: str, section: str) -> None:
     """Replace the section between the markers in `path` (appending it under `title` if new)."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"

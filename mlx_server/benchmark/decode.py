@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlx_server.benchmark._server import Run, bench_arguments, running_server, stream_chat, write_section
+from mlx_server.benchmark._server import Run, bench_arguments, publish, running_server, stream_chat
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
@@ -97,9 +97,7 @@ def main() -> None:
             served.append(stream_chat(url, MESSAGES, args.tokens))
             print(f"run {i + 1}: raw {raw[-1].decode_tps:.2f}, server {served[-1].decode_tps:.2f} tok/s")
     section = report(raw, served, args.tokens)
-    print(section)
-    if args.write:
-        write_section(args.write, "Decode speed: server vs raw mlx-lm", MARKER_START, MARKER_END, section)
+    publish(section, args.write, "Decode speed: server vs raw mlx-lm", MARKER_START, MARKER_END)
 
 
 if __name__ == "__main__":

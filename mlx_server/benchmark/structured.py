@@ -24,7 +24,7 @@ from typing import Any
 import openai
 from jsonschema import Draft202012Validator
 
-from mlx_server.benchmark._server import bench_arguments, running_server, write_section
+from mlx_server.benchmark._server import bench_arguments, publish, running_server
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MODEL = DEFAULT_MODEL_ID
@@ -358,9 +358,7 @@ def main() -> None:
         f"({'meets' if bound / free >= 0.9 else 'misses'} the 90 % target).",
     ]
     section = "\n".join(lines)
-    print(section)
-    if args.write:
-        write_section(args.write, "Structured output and forced tool calls", START, END, section)
+    publish(section, args.write, "Structured output and forced tool calls", START, END)
 
 
 if __name__ == "__main__":
