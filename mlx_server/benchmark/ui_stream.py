@@ -3,15 +3,15 @@ streamed through /v1/chat/completions.
 
 Both go to one `mlx-manager serve` (as users run it), same prompt, greedy, same max_tokens, so
 both generate the same tokens. The API side is measured from the client (first content chunk
-to last, SSE parsing included); the UI side reports the figure the page shows (the `stats`
-event) and the client-measured rate of its `content` events. Runs alternate; medians reported.
+to last, SSE parsing included); the UI side reports the figure the page shows (stored with the
+reply) and the client-measured rate of the `content` events the page follows. Runs alternate;
+medians reported.
 
     python -m mlx_server.benchmark.ui_stream [--tokens 128] [--runs 3] [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import tempfile
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from mlx_server.benchmark._server import Run, bench_arguments, publish, running_server, stream_chat
+from mlx_server.benchmark._server import Run, bench_arguments, running_server, stream_chat, write_section
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
@@ -31,31 +31,31 @@ MARKER_END = "<!-- ui-stream-benchmark:end -->"
 
 
 def ui_run(client: httpx.Client, url: str, max_tokens: int) -> Run:
-    csrf = {"X-CSRF-Token": client.cookies["mlx_csrf"]}
-    created = client.post(f"{url}/chat/new", data={"model_id": DEFAULT_MODEL_ID}, headers=csrf)
-    conversation = created.url.path.rsplit("/", 1)[1]
+    """One playground turn as the page runs it: the first message creates the chat and starts
+    the turn (the POST returns at once), the page follows it at /chat/{id}/events."""
     form = {
         "content": PROMPT,
         "model_id": DEFAULT_MODEL_ID,
         "temperature": "0",
         "max_tokens": str(max_tokens),
+        "csrf_token": client.cookies["mlx_csrf"],
     }
-    headers = {**csrf, "Accept": "text/event-stream"}
     started = time.perf_counter()
+    created = client.post(f"{url}/chat/send", data=form, follow_redirects=False)
+    conversation = created.headers["location"].rsplit("/", 1)[1]
     first = last = 0.0
-    stats: dict[str, float] = {}
     name = ""
-    with client.stream(
-        "POST", f"{url}/chat/{conversation}/send", data=form, headers=headers, timeout=600
-    ) as reply:
-        for line in reply.iter_lines():
+    with client.stream("GET", f"{url}/chat/{conversation}/events", timeout=600) as events:
+        for line in events.iter_lines():
             if line.startswith("event:"):
                 name = line.removeprefix("event:").strip()
             elif line.startswith("data:") and name == "content":
                 last = time.perf_counter()
                 first = first or last
-            elif line.startswith("data:") and name == "stats":
-                stats = json.loads(line.removeprefix("data:").strip())
+            elif line.startswith("data:") and name == "done":
+                break
+    # The figure the page shows under the reply, as stored with it.
+    stats = client.get(f"{url}/chat/{conversation}/export.json").json()["messages"][-1]["stats"]
     tokens = int(stats["completion_tokens"])
     return Run(tokens, (tokens - 1) / (last - first), first - started, float(stats["tokens_per_s"]))
 
@@ -72,7 +72,7 @@ def report(api: list[Run], ui: list[Run], max_tokens: int) -> str:
         "| Path | Tokens | Decode tok/s |",
         "|---|---|---|",
         f"| `/v1/chat/completions` stream, client-measured | {api[0].tokens} | {api_tps:.2f} |",
-        f"| Playground: figure shown in the UI (`stats` event) | {ui[0].tokens} | {shown:.2f} |",
+        f"| Playground: figure shown in the UI (stored stats) | {ui[0].tokens} | {shown:.2f} |",
         f"| Playground: `content` events, client-measured | {ui[0].tokens} | {ui_client:.2f} |",
         "",
         f"The UI shows **{shown / api_tps * 100:.1f} %** of the API's rate (target: within 5 %); its "
@@ -98,7 +98,9 @@ def main() -> None:
             ui.append(ui_run(client, url, args.tokens))
             print(f"run {i + 1}: api {api[-1].decode_tps:.2f}, ui shown {ui[-1].shown_tps:.2f} tok/s")
     section = report(api, ui, args.tokens)
-    publish(section, args.write, "Chat playground streaming vs the API", MARKER_START, MARKER_END)
+    print(section)
+    if args.write:
+        write_section(args.write, "Chat playground streaming vs the API", MARKER_START, MARKER_END, section)
 
 
 if __name__ == "__main__":
