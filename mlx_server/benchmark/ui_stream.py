@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from mlx_server.benchmark._server import Run, bench_arguments, running_server, stream_chat, write_section
+from mlx_server.benchmark._server import Run, bench_arguments, publish, running_server, stream_chat
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
@@ -98,9 +98,7 @@ def main() -> None:
             ui.append(ui_run(client, url, args.tokens))
             print(f"run {i + 1}: api {api[-1].decode_tps:.2f}, ui shown {ui[-1].shown_tps:.2f} tok/s")
     section = report(api, ui, args.tokens)
-    print(section)
-    if args.write:
-        write_section(args.write, "Chat playground streaming vs the API", MARKER_START, MARKER_END, section)
+    publish(section, args.write, "Chat playground streaming vs the API", MARKER_START, MARKER_END)
 
 
 if __name__ == "__main__":
