@@ -299,3 +299,13 @@ def test_export_markdown_and_json_and_delete(chat: TestClient) -> None:
     assert "Greetings" in chat.get(f"/chat/{cid}").text
     chat.post(f"/chat/{cid}/delete")
     assert chat.get(f"/chat/{cid}").status_code == 404 and _saved(cid) == []
+
+
+def test_a_preset_saved_from_a_new_chat_is_listed_without_creating_a_chat(chat: TestClient) -> None:
+    page = chat.get("/chat").text
+    assert 'name="conversation_id" value=""' in page  # no conversation yet
+    saved = chat.post(
+        "/chat/presets", data={"name": "Pirate", "text": "Talk like a pirate.", "conversation_id": ""}
+    )
+    assert saved.status_code == 200 and "Pirate" in saved.text and "Talk like a pirate." in saved.text
+    assert _conversations() == 0
