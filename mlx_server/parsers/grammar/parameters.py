@@ -15,6 +15,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from mlx_server.parsers.grammar.blocks import json_rule, literal
+from mlx_server.parsers.grammar.schema import OBJECT_KEYWORDS, constrains_only
 from mlx_server.parsers.lenient_json import encode_value
 
 # What `str.strip()` removes (every `str.isspace()` character) as a regex class body; the tests
@@ -37,25 +38,8 @@ _JSONISH = f"/[{SPACE_CLASS}]*(?:{_JSON_LIKE})[{SPACE_CLASS}]*/"
 # (length x tag-matching) states, too many beyond a few dozen characters; such values are kept
 # from containing "<" instead (JSON strings can still write it as \u003c).
 _TAG_CHECK_MAX_MIN_LENGTH = 32
-# Keywords that say nothing about which values are valid.
-_ANNOTATIONS = frozenset(
-    {"description", "title", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly"}
-)
 _SCALARS = frozenset({"string", "null", "boolean", "integer", "number"})
 _COMPOUND = frozenset({"object", "array"})
-# Keywords of an arguments schema that named-parameter rules express exactly (anything else:
-# the arguments are written as one JSON object).
-_OBJECT_KEYWORDS = _ANNOTATIONS | {
-    "type",
-    "properties",
-    "required",
-    "additionalProperties",
-    "$schema",
-    "$id",
-    "$defs",
-    "definitions",
-    "strict",
-}
 # Names of extra parameters (where additionalProperties allows them): plain identifiers.
 _FREE_KEY = r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}"
 
@@ -223,7 +207,7 @@ class ParameterGrammar:
         types = schema.get("type", sorted(_SCALARS | _COMPOUND))
         kinds = {types} if isinstance(types, str) else set(types) if isinstance(types, list) else set()
         low, high = schema.get("minLength", 0), schema.get("maxLength")
-        simple = set(schema) <= _ANNOTATIONS | {"type", "minLength", "maxLength"}
+        simple = constrains_only(schema, {"type", "minLength", "maxLength"})
         if simple and kinds & _SCALARS and isinstance(low, int) and (high is None or isinstance(high, int)):
             compound = sorted(kinds & _COMPOUND)
             scalar = self._scalar_value(kinds & _SCALARS, low, high, compound=bool(compound))
@@ -250,7 +234,7 @@ class ParameterGrammar:
         additional = schema.get("additionalProperties")
         if (
             schema.get("type") != "object"
-            or not set(schema) <= _OBJECT_KEYWORDS
+            or not constrains_only(schema, OBJECT_KEYWORDS)  # else: written as one JSON object
             or not isinstance(properties, dict)
             or not isinstance(required, list)
             or any(name not in properties for name in required)

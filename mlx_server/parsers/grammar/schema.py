@@ -3,6 +3,7 @@ inlined, counts and number bounds checked; `Unsupported` for what a native gramm
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import Any
 from urllib.parse import unquote
 
@@ -37,6 +38,8 @@ TYPE_KEYS: dict[str, frozenset[str]] = {
     "null": frozenset(),
 }
 ALL_TYPE_KEYS = frozenset().union(*TYPE_KEYS.values())
+# What an object of named parameters may say: the keywords both builders write parameters from.
+OBJECT_KEYWORDS = frozenset({"type", *TYPE_KEYS["object"]})
 # Past this many items, a bounded array is not spelled out as repetitions.
 MAX_REPEAT = 64
 # A float without bounds gets these: larger magnitudes (1e400) would read back as infinity.
@@ -146,11 +149,16 @@ def bounded_number(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "number", **bounds}
 
 
+def constrains_only(schema: dict[str, Any], keywords: AbstractSet[str]) -> bool:
+    """Whether every keyword of `schema` that constrains a value is one of `keywords`
+    (annotations and keywords JSON Schema does not define say nothing about the value)."""
+    return schema.keys() & VALIDATION_KEYS <= keywords
+
+
 def parameters_object(schema: dict[str, Any]) -> dict[str, Any]:
     """A tool's parameters schema with its references inlined; Unsupported unless it is an
     object described by properties, required and additionalProperties alone."""
     resolved = inline_refs(schema)
-    keys = resolved.keys() & VALIDATION_KEYS
-    if keys - TYPE_KEYS["object"] - {"type"} or resolved.get("type", "object") != "object":
+    if not constrains_only(resolved, OBJECT_KEYWORDS) or resolved.get("type", "object") != "object":
         raise Unsupported("parameters that are not an object of declared properties")
     return resolved

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,15 @@ def smollm_grammar_tokenizer(tokenizer_dir: str) -> LLTokenizer:
     from transformers import AutoTokenizer
 
     return from_tokenizer(AutoTokenizer.from_pretrained(tokenizer_dir))
+
+
+def grammar_for(
+    parser: ToolCallParser, tools: list[dict[str, Any]], smollm_dir: Path, *, parallel: bool
+) -> tuple[LLTokenizer, str]:
+    """The SmolLM2 grammar tokenizer and `parser`'s call grammar for `tools` (which must exist)."""
+    grammar = parser.call_grammar(tools, parallel=parallel)
+    assert grammar is not None, f"{parser.parser_id} gives no grammar"
+    return smollm_grammar_tokenizer(str(smollm_dir)), grammar
 
 
 def matcher(tokenizer: LLTokenizer, grammar: str) -> LLMatcher:

@@ -17,7 +17,13 @@ from jsonschema import Draft202012Validator
 from mlx_server.parsers.base import make_tool_call
 from mlx_server.parsers.grammar.blocks import parameters_schema, tool_name
 from mlx_server.parsers.registry import TOOL_PARSERS
-from tests.mlx_server.parsers.grammar_support import TOOLS, accepts, random_outputs, smollm_grammar_tokenizer
+from tests.mlx_server.parsers.grammar_support import (
+    TOOLS,
+    accepts,
+    grammar_for,
+    random_outputs,
+    smollm_grammar_tokenizer,
+)
 
 CONSTRAINED = sorted(
     p for p in TOOL_PARSERS if TOOL_PARSERS[p]().call_grammar(TOOLS["one tool"], parallel=False)
@@ -55,9 +61,7 @@ def test_the_grammar_accepts_valid_calls_and_refuses_invalid_arguments(
     smollm_dir: Path, parser_id: str
 ) -> None:
     parser = TOOL_PARSERS[parser_id]()
-    tokenizer = smollm_grammar_tokenizer(str(smollm_dir))
-    grammar = parser.call_grammar(TOOLS["one tool"], parallel=False)
-    assert grammar is not None
+    tokenizer, grammar = grammar_for(parser, TOOLS["one tool"], smollm_dir, parallel=False)
     good: Any = {"city": "Paris", "days": 3}
     assert accepts(tokenizer, grammar, parser.render_calls([make_tool_call("get_weather", good)]))
     assert not accepts(

@@ -14,7 +14,13 @@ from jsonschema import Draft202012Validator
 from mlx_server.parsers.base import make_tool_call
 from mlx_server.parsers.grammar.parameters import SPACE_CLASS
 from mlx_server.parsers.lenient_json import encode_value
-from tests.mlx_server.parsers.grammar_support import TOOLS, accepts, random_outputs, smollm_grammar_tokenizer
+from tests.mlx_server.parsers.grammar_support import (
+    TOOLS,
+    accepts,
+    grammar_for,
+    random_outputs,
+    smollm_grammar_tokenizer,
+)
 from tests.mlx_server.parsers.test_hermes_glm import PARSERS, as_pairs
 
 TAGGED = ["glm4_native", "glm47", "qwen3_coder", "minimax_m2"]
@@ -74,9 +80,7 @@ def test_space_class_is_what_strip_removes() -> None:
 @pytest.mark.parametrize("parser_id", TAGGED)
 def test_grammar_accepts_every_string_its_parser_reads_back(smollm_dir: Path, parser_id: str) -> None:
     parser = PARSERS[parser_id]
-    tokenizer = smollm_grammar_tokenizer(str(smollm_dir))
-    grammar = parser.call_grammar([VALUES_TOOL], parallel=False)
-    assert grammar is not None
+    tokenizer, grammar = grammar_for(parser, [VALUES_TOOL], smollm_dir, parallel=False)
     for value in TRICKY:
         for key in ("text", "maybe"):
             text = parser.render_calls([make_tool_call("note", {key: value})])
@@ -100,9 +104,7 @@ def test_grammar_accepts_every_string_its_parser_reads_back(smollm_dir: Path, pa
 @pytest.mark.parametrize("parser_id", TAGGED)
 def test_grammar_keeps_tags_out_of_raw_values(smollm_dir: Path, parser_id: str) -> None:
     parser = PARSERS[parser_id]
-    tokenizer = smollm_grammar_tokenizer(str(smollm_dir))
-    grammar = parser.call_grammar([VALUES_TOOL], parallel=False)
-    assert grammar is not None
+    tokenizer, grammar = grammar_for(parser, [VALUES_TOOL], smollm_dir, parallel=False)
     for tag in ("</arg_value>", "<arg_key>", "</parameter>", "<parameter=", "<parameter ", "</tool_call>"):
         text = parser.render_calls([make_tool_call("note", {"text": f"a{tag}b"})])
         if as_pairs(parser.extract(text)) != [("note", {"text": f"a{tag}b"})]:
@@ -159,9 +161,7 @@ EXOTIC_TOOLS = [
 @pytest.mark.parametrize("parser_id", TAGGED)
 def test_grammar_enum_const_refs_and_extra_parameters(smollm_dir: Path, parser_id: str) -> None:
     parser = PARSERS[parser_id]
-    tokenizer = smollm_grammar_tokenizer(str(smollm_dir))
-    grammar = parser.call_grammar(EXOTIC_TOOLS, parallel=False)
-    assert grammar is not None
+    tokenizer, grammar = grammar_for(parser, EXOTIC_TOOLS, smollm_dir, parallel=False)
     good: dict[str, Any] = {"at": {"x": 3}, "color": "dark blue", "kind": "pin", "flag": 2.5, "n": 4}
     for arguments in (good, {**good, "color": 7}, {**good, "color": None, "flag": True}, {"at": {"x": 0}}):
         assert accepts(tokenizer, grammar, parser.render_calls([make_tool_call("tag", arguments)]))

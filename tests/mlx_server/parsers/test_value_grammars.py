@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
-from tests.mlx_server.parsers.grammar_support import accepts, random_outputs, smollm_grammar_tokenizer
+from tests.mlx_server.parsers.grammar_support import (
+    accepts,
+    grammar_for,
+    random_outputs,
+    smollm_grammar_tokenizer,
+)
 from tests.mlx_server.parsers.test_llama_mistral import PARSERS, Q, calls_of
 
 
@@ -105,9 +110,7 @@ AWKWARD_CALLS: list[tuple[str, Any]] = [
 @pytest.mark.parametrize("parser_id", PARSERS)
 def test_grammars_take_awkward_schemas_exactly(smollm_dir: Path, parser_id: str) -> None:
     parser = PARSERS[parser_id]
-    tokenizer = smollm_grammar_tokenizer(str(smollm_dir))
-    grammar = parser.call_grammar(AWKWARD_TOOLS, parallel=True)
-    assert grammar is not None
+    tokenizer, grammar = grammar_for(parser, AWKWARD_TOOLS, smollm_dir, parallel=True)
     schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in AWKWARD_TOOLS}
     for text in random_outputs(parser, AWKWARD_TOOLS, tokenizer, parallel=True, count=8, seed=3):
         calls = parser.extract(text)
