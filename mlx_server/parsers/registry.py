@@ -6,6 +6,8 @@ docs/PARSERS.md documents every format with an example.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from mlx_server.parsers.base import ThinkingParser, ToolCallParser
 from mlx_server.parsers.deepseek import DeepSeekParser
 from mlx_server.parsers.gemma import Gemma4Parser
@@ -51,19 +53,21 @@ class UnknownParserError(KeyError):
     pass
 
 
-def resolve_tool_parser(parser_id: str) -> ToolCallParser:
+_P = TypeVar("_P", ToolCallParser, ThinkingParser)
+
+
+def _resolve(registry: dict[str, type[_P]], kind: str, parser_id: str) -> _P:
     try:
-        return TOOL_PARSERS[parser_id]()
+        return registry[parser_id]()
     except KeyError:
         raise UnknownParserError(
-            f"unknown tool parser {parser_id!r}; known: {', '.join(sorted(TOOL_PARSERS))}"
+            f"unknown {kind} parser {parser_id!r}; known: {', '.join(sorted(registry))}"
         ) from None
+
+
+def resolve_tool_parser(parser_id: str) -> ToolCallParser:
+    return _resolve(TOOL_PARSERS, "tool", parser_id)
 
 
 def resolve_thinking_parser(parser_id: str) -> ThinkingParser:
-    try:
-        return THINKING_PARSERS[parser_id]()
-    except KeyError:
-        raise UnknownParserError(
-            f"unknown thinking parser {parser_id!r}; known: {', '.join(sorted(THINKING_PARSERS))}"
-        ) from None
+    return _resolve(THINKING_PARSERS, "thinking", parser_id)
