@@ -337,9 +337,7 @@ def test_a_reply_outlives_its_page_and_a_restart_keeps_it_marked_interrupted(
             page.wait_for_url(re.compile(re.escape(server.url) + r"/chat/\d+$"))
             expect(_conversation_links(page)).to_have_count(1)
             conversation = page.url
-            expect(page.locator(STREAMED)).to_have_text(
-                re.compile(r"\S.{10,}", re.S), timeout=REPLY_SECONDS * SECONDS
-            )
+            _streaming(page)
             assert page.context.browser is not None
             reopened = page.context.browser.new_page(viewport=VIEWPORT)  # as a new tab would
             page.close()  # the turn is the app's: it goes on
@@ -354,9 +352,7 @@ def test_a_reply_outlives_its_page_and_a_restart_keeps_it_marked_interrupted(
 
             reopened.goto(conversation)
             _send(reopened, "Tell me another long story.")
-            expect(reopened.locator(STREAMED)).to_have_text(
-                re.compile(r"\S.{10,}", re.S), timeout=REPLY_SECONDS * SECONDS
-            )
+            _streaming(reopened)
             reopened.close()  # (a closed page: no console error from the server going away)
             server.stop()  # mid-reply
     finally:
@@ -365,13 +361,24 @@ def test_a_reply_outlives_its_page_and_a_restart_keeps_it_marked_interrupted(
     restarted = ServerProcess(home, log)
     restarted.start()
     try:
-        with browse(restarted.url, chromium) as page:
-            page.goto(restarted.url + conversation.removeprefix(server.url))
-            assert _roles(page) == ["user", "assistant", "user", "assistant"]
-            cut = page.locator("#messages .msg-assistant").last
-            expect(_stats(cut)).to_contain_text("interrupted")
-            expect(cut.locator(".msg-text")).to_have_text(re.compile(r"\S.{10,}", re.S))
-            expect(page.locator("#streaming-message")).to_have_count(0)
-            expect(page.locator("#send-button")).to_be_enabled()
+        _cut_reply_is_kept(restarted.url + conversation.removeprefix(server.url), chromium)
     finally:
         restarted.stop()
+
+
+def _streaming(page: Page) -> None:
+    """The reply is growing on the page."""
+    expect(page.locator(STREAMED)).to_have_text(
+        re.compile(r"\S.{10,}", re.S), timeout=REPLY_SECONDS * SECONDS
+    )
+
+
+def _cut_reply_is_kept(conversation: str, chromium: Path) -> None:
+    with browse(conversation.rsplit("/chat/", 1)[0], chromium) as page:
+        page.goto(conversation)
+        assert _roles(page) == ["user", "assistant", "user", "assistant"]
+        cut = page.locator("#messages .msg-assistant").last
+        expect(_stats(cut)).to_contain_text("interrupted")
+        expect(cut.locator(".msg-text")).to_have_text(re.compile(r"\S.{10,}", re.S))
+        expect(page.locator("#streaming-message")).to_have_count(0)
+        expect(page.locator("#send-button")).to_be_enabled()
