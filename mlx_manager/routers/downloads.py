@@ -7,7 +7,8 @@ request answers its status code (400, 403, 404, 409, 422, 502) with partials/hub
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
@@ -46,27 +47,26 @@ def start_download(
     request: Request, repo_id: Annotated[str, Form()], revision: Annotated[str, Form()] = "main"
 ) -> HTMLResponse:
     """Queue a download (it runs in the background); 202 with its row."""
-    try:
-        job = get_download_manager().submit(repo_id, revision)
-    except DownloadRefused as exc:
-        return _refused(request, exc)
-    return _row(request, job, status_code=202)
+    return _answer(request, partial(get_download_manager().submit, repo_id, revision), status_code=202)
 
 
 @router.post("/{job_id}/cancel", response_class=HTMLResponse)
 def cancel_download(request: Request, job_id: int) -> HTMLResponse:
-    try:
-        return _row(request, get_download_manager().cancel(job_id))
-    except DownloadRefused as exc:
-        return _refused(request, exc)
+    return _answer(request, partial(get_download_manager().cancel, job_id))
 
 
 @router.post("/{job_id}/resume", response_class=HTMLResponse)
 def resume_download(request: Request, job_id: int) -> HTMLResponse:
+    return _answer(request, partial(get_download_manager().resume, job_id))
+
+
+def _answer(request: Request, act: Callable[[], DownloadState], status_code: int = 200) -> HTMLResponse:
+    """The job's row after `act`, or the refusal."""
     try:
-        return _row(request, get_download_manager().resume(job_id))
+        job = act()
     except DownloadRefused as exc:
         return _refused(request, exc)
+    return _row(request, job, status_code=status_code)
 
 
 @router.get("/events")

@@ -12,6 +12,7 @@ from datetime import datetime
 from mlx_manager.records import DownloadJob, DownloadStatus
 from mlx_manager.services.hub import HubConfig, hub_error
 from mlx_manager.services.hub_fetch import CorruptFileError, DownloadStopped
+from mlx_manager.services.refusals import Refusal
 
 ACTIVE = (DownloadStatus.QUEUED, DownloadStatus.RUNNING)
 PUBLISH_INTERVAL_S = 0.25  # at most 4 updates a second per download
@@ -20,13 +21,8 @@ SPEED_WINDOW_S = 5.0
 CREATED_EVENT = "download-created"
 
 
-class DownloadRefused(Exception):
+class DownloadRefused(Refusal):
     """A download request that cannot be honoured; `message` says why and what to do."""
-
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import ExpandModelProperty_T, ModelInfo, ModelSort_T
 from sqlmodel import Session
 
+from mlx_manager.services.refusals import Refusal
 from mlx_manager.services.settings_store import HUB_CACHE_DIR, HUB_ENDPOINT, HUB_TOKEN, get_setting
 from mlx_server.facade import ModelStoreError, __version__, memory_budget_bytes, validate_model_id
 
@@ -52,13 +53,8 @@ DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16
 DTYPE_BYTES |= {"U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
-class HubError(Exception):
+class HubError(Refusal):
     """The hub refused or could not be reached; `message` says what to do, `status_code` fits HTTP."""
-
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
 
 
 @dataclass(frozen=True)

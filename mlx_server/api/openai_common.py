@@ -4,6 +4,7 @@ SamplingParams, n=1, the audit row's start, and the response, whole or streamed.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
+from dataclasses import fields
 from typing import Any
 
 from fastapi import Request
@@ -19,17 +20,8 @@ from mlx_server.services.pipeline.sampling import SamplingParams
 
 
 def sampling_params(body: SamplingFields) -> SamplingParams:
-    return SamplingParams(
-        temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        min_p=body.min_p,
-        repetition_penalty=body.repetition_penalty,
-        presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
-        logit_bias=body.logit_bias,
-        seed=body.seed,
-    )
+    """The request's sampling fields, which carry SamplingParams' names."""
+    return SamplingParams(**{f.name: getattr(body, f.name) for f in fields(SamplingParams)})
 
 
 def audit_start(request: Request, body: SamplingFields) -> tuple[str, AuditDetails]:
