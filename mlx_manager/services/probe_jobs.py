@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Literal
 
 from mlx_manager.services.downloads import CompletedDownload, add_completion_hook, remove_completion_hook
@@ -91,19 +92,12 @@ class ProbeJobs:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-_jobs: ProbeJobs | None = None
-
-
+@cache
 def get_probe_jobs() -> ProbeJobs:
-    global _jobs
-    if _jobs is None:
-        _jobs = ProbeJobs()
-    return _jobs
+    return ProbeJobs()
 
 
-def reset_probe_jobs() -> None:
-    global _jobs
-    _jobs = None
+reset_probe_jobs = get_probe_jobs.cache_clear
 
 
 @asynccontextmanager

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +55,17 @@ def stream_chat(url: str, messages: list[dict[str, Any]], max_tokens: int) -> Ru
                 last = time.perf_counter()
                 first = first or last
     return Run(tokens, (tokens - 1) / (last - first), first - started)
+
+
+def alternate(runs: int, **paths: Callable[[], Run]) -> dict[str, list[Run]]:
+    """`runs` rounds of every path in turn, so drift affects them alike; prints each round."""
+    results: dict[str, list[Run]] = {name: [] for name in paths}
+    for i in range(runs):
+        for name, run in paths.items():
+            results[name].append(run())
+        rates = ", ".join(f"{name} {done[-1].decode_tps:.2f}" for name, done in results.items())
+        print(f"run {i + 1}: {rates} tok/s")
+    return results
 
 
 def bench_arguments(doc: str | None, write_help: str, **counts: int) -> argparse.Namespace:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlx_server.benchmark._server import Run, bench_arguments, publish, running_server, stream_chat
+from mlx_server.benchmark._server import Run, alternate, bench_arguments, publish, running_server, stream_chat
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
@@ -86,17 +86,16 @@ def report(raw: list[Run], served: list[Run], max_tokens: int) -> str:
 def main() -> None:
     args = bench_arguments(__doc__, "update this markdown file's decode section", tokens=128, runs=3)
 
-    raw: list[Run] = []
-    served: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, running_server(Path(tmp)) as url:
         stream_chat(url, MESSAGES, 4)  # loads the model in the server
         model_dir = Path(tmp) / "models" / DEFAULT_MODEL_ID
         raw_run(model_dir, 4)  # loads it here
-        for i in range(args.runs):
-            raw.append(raw_run(model_dir, args.tokens))
-            served.append(stream_chat(url, MESSAGES, args.tokens))
-            print(f"run {i + 1}: raw {raw[-1].decode_tps:.2f}, server {served[-1].decode_tps:.2f} tok/s")
-    section = report(raw, served, args.tokens)
+        runs = alternate(
+            args.runs,
+            raw=functools.partial(raw_run, model_dir, args.tokens),
+            server=functools.partial(stream_chat, url, MESSAGES, args.tokens),
+        )
+    section = report(runs["raw"], runs["server"], args.tokens)
     publish(section, args.write, "Decode speed: server vs raw mlx-lm", MARKER_START, MARKER_END)
 
 

@@ -17,11 +17,12 @@ import statistics
 import tempfile
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import httpx
 
-from mlx_server.benchmark._server import Run, bench_arguments, publish, running_server, stream_chat
+from mlx_server.benchmark._server import Run, alternate, bench_arguments, publish, running_server, stream_chat
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
@@ -84,8 +85,6 @@ def report(api: list[Run], ui: list[Run], max_tokens: int) -> str:
 def main() -> None:
     args = bench_arguments(__doc__, "update this markdown file's section", tokens=128, runs=3)
 
-    api: list[Run] = []
-    ui: list[Run] = []
     with (
         tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp,
         running_server(Path(tmp)) as url,
@@ -93,11 +92,12 @@ def main() -> None:
     ):
         client.get(f"{url}/")  # the CSRF cookie
         stream_chat(url, MESSAGES, 4)  # loads the model
-        for i in range(args.runs):
-            api.append(stream_chat(url, MESSAGES, args.tokens))
-            ui.append(ui_run(client, url, args.tokens))
-            print(f"run {i + 1}: api {api[-1].decode_tps:.2f}, ui shown {ui[-1].shown_tps:.2f} tok/s")
-    section = report(api, ui, args.tokens)
+        runs = alternate(
+            args.runs,
+            api=partial(stream_chat, url, MESSAGES, args.tokens),
+            ui=partial(ui_run, client, url, args.tokens),
+        )
+    section = report(runs["api"], runs["ui"], args.tokens)
     publish(section, args.write, "Chat playground streaming vs the API", MARKER_START, MARKER_END)
 
 
