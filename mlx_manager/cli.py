@@ -12,12 +12,21 @@ import uvicorn
 from sqlmodel import Session
 
 from mlx_manager.config import get_manager_settings
-from mlx_server import config as server_config
-from mlx_server.database import get_engine, upgrade_database
-from mlx_server.errors import APIError, ModelNotFoundError
-from mlx_server.models.gguf_import import GGUFImportError
-from mlx_server.models.store import ModelStoreError, ensure_default_model, import_gguf, list_models
-from mlx_server.services.operations.probe import ProbeStep, probe_model
+from mlx_server.facade import (
+    APIError,
+    GGUFImportError,
+    ModelNotFoundError,
+    ModelStoreError,
+    ProbeStep,
+    ensure_default_models,
+    get_engine,
+    get_server_settings,
+    import_gguf,
+    list_models,
+    probe_model,
+    upgrade_database,
+    use_server_settings,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -35,7 +44,7 @@ log = logging.getLogger("mlx_manager")
 
 def _migrate() -> str | None:
     """Point the server at the manager's home and migrate; returns the revision."""
-    server_config.use_settings(get_manager_settings().server_settings())
+    use_server_settings(get_manager_settings().server_settings())
     return upgrade_database()
 
 
@@ -56,7 +65,10 @@ def serve(
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default MLX_MANAGER_PORT or 8080).")] = None,
     no_default_model: Annotated[
-        bool, typer.Option("--no-default-model", help="Do not import SmolLM2 when no model exists.")
+        bool,
+        typer.Option(
+            "--no-default-model", help="Do not import SmolLM2 and all-MiniLM-L6-v2 when no model exists."
+        ),
     ] = False,
 ) -> None:
     """Serve the dashboard on / and the inference API on /v1."""
@@ -67,11 +79,11 @@ def serve(
     with _migrated_session() as session:
         if settings.import_default_model and not no_default_model:
             try:
-                imported = ensure_default_model(session, server_config.get_settings().models_dir)
-            except (GGUFImportError, ModelStoreError) as exc:
+                imported = ensure_default_models(session, get_server_settings().models_dir)
+            except (GGUFImportError, ModelStoreError, OSError) as exc:
                 raise _fail(f"cannot import the default model: {exc}") from exc
-            if imported:
-                log.info("imported default model %s into %s", imported.id, imported.path)
+            for record in imported:
+                log.info("imported default model %s into %s", record.id, record.path)
     from mlx_manager.main import create_app
 
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
@@ -97,7 +109,7 @@ def models_import_gguf(
     """Convert a GGUF file into an MLX model directory and register it."""
     with _migrated_session() as session:
         try:
-            record = import_gguf(session, path, server_config.get_settings().models_dir, model_id)
+            record = import_gguf(session, path, get_server_settings().models_dir, model_id)
         except (GGUFImportError, ModelStoreError) as exc:
             raise _fail(str(exc)) from exc
     typer.echo(f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path}")
@@ -140,4 +152,4 @@ def probe(model_id: Annotated[str, typer.Argument(help="A registered model id (`
 def db_upgrade() -> None:
     """Apply pending migrations to the database."""
     revision = _migrate()
-    typer.echo(f"database {server_config.get_settings().database_path} is at revision {revision}")
+    typer.echo(f"database {get_server_settings().database_path} is at revision {revision}")
