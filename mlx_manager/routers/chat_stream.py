@@ -9,7 +9,7 @@ turn as far as it got. Closing the page does not stop the turn; reopening it re-
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -72,76 +72,60 @@ async def send_first(request: Request) -> Response:
 @router.post("/{conversation_id}/send", response_class=HTMLResponse)
 async def send(request: Request, conversation_id: int) -> Response:
     form = await request.form()
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = _idle_conversation(request, session, conversation_id)
-        if isinstance(conversation, Response):
-            return conversation
-        try:
-            options, model_id, content = _composer(session, form)
-        except (FormError, OptionsError) as exc:
-            draft = _text(form, "content")
-            return chat_response(request, session, conversation, error=str(exc), status=400, draft=draft)
+
+    def act(session: Session, conversation: Conversation) -> ChatOptions:
+        options, model_id, content = _composer(session, form)
         system_prompt = _text(form, "system_prompt")
         update_settings(
             session, conversation, model_id=model_id, system_prompt=system_prompt, parameters=options.stored()
         )
         add_message(session, conversation, "user", content)
-        return _started(request, session, conversation, options)
+        return options
+
+    return _when_idle(request, conversation_id, act, draft=_text(form, "content"))
 
 
 @router.post("/{conversation_id}/regenerate", response_class=HTMLResponse)
 async def regenerate(request: Request, conversation_id: int) -> Response:
     """Answer the last user message again (its earlier answers are replaced)."""
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = _idle_conversation(request, session, conversation_id)
-        if isinstance(conversation, Response):
-            return conversation
-        try:
-            position = last_user_position(messages_of(session, conversation_id)) + 1
-        except ConversationError as exc:
-            return chat_response(request, session, conversation, error=str(exc), status=400)
-        rewind_to(session, conversation, position)
-        return _started(request, session, conversation, ChatOptions.from_stored(conversation.parameters))
+
+    def act(session: Session, conversation: Conversation) -> ChatOptions:
+        rewind_to(session, conversation, last_user_position(messages_of(session, conversation_id)) + 1)
+        return ChatOptions.from_stored(conversation.parameters)
+
+    return _when_idle(request, conversation_id, act)
 
 
 @router.post("/{conversation_id}/messages/{position}/edit", response_class=HTMLResponse)
 async def edit(request: Request, conversation_id: int, position: int) -> Response:
     """Change a user message and resend from there (everything after it is dropped)."""
     content = _text(await request.form(), "content").strip()
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = _idle_conversation(request, session, conversation_id)
-        if isinstance(conversation, Response):
-            return conversation
+
+    def act(session: Session, conversation: Conversation) -> ChatOptions:
         target = next((m for m in messages_of(session, conversation_id) if m.position == position), None)
         if target is None or target.role != "user":
-            return chat_response(
-                request, session, conversation, error="Only your own messages can be edited.", status=400
-            )
+            raise ConversationError("Only your own messages can be edited.")
         if not content:
-            return chat_response(
-                request, session, conversation, error="An edited message cannot be empty.", status=400
-            )
+            raise ConversationError("An edited message cannot be empty.")
         rewind_to(session, conversation, position)
         add_message(session, conversation, "user", content)
-        return _started(request, session, conversation, ChatOptions.from_stored(conversation.parameters))
+        return ChatOptions.from_stored(conversation.parameters)
+
+    return _when_idle(request, conversation_id, act)
 
 
 @router.post("/{conversation_id}/tool-result", response_class=HTMLResponse)
 async def tool_result(request: Request, conversation_id: int) -> Response:
     """A result typed for a pending call (manual mode); the turn goes on once all are answered."""
     form = await request.form()
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = _idle_conversation(request, session, conversation_id)
-        if isinstance(conversation, Response):
-            return conversation
-        try:
-            manual_result(conversation_id, _text(form, "tool_call_id"), _text(form, "content"))
-        except ValueError as exc:
-            return chat_response(request, session, conversation, error=str(exc), status=400)
-        options = ChatOptions.from_stored(conversation.parameters)
+
+    def act(session: Session, conversation: Conversation) -> ChatOptions | None:
+        manual_result(conversation_id, _text(form, "tool_call_id"), _text(form, "content"))
         if pending_tool_calls(messages_of(session, conversation_id)):
-            return _answer(request, session, conversation)
-        return _started(request, session, conversation, options)
+            return None  # more calls wait for their results
+        return ChatOptions.from_stored(conversation.parameters)
+
+    return _when_idle(request, conversation_id, act)
 
 
 @router.post("/{conversation_id}/stop", response_class=HTMLResponse)
@@ -192,15 +176,30 @@ def _composer(session: Session, form: FormData) -> tuple[ChatOptions, str, str]:
     return options, model_id, content
 
 
-def _idle_conversation(request: Request, session: Session, conversation_id: int) -> Conversation | Response:
-    """The conversation, if it exists and no reply is being generated for it; else the refusal."""
-    conversation = get_conversation(session, conversation_id)
-    if conversation is None:
-        return chat_response(request, session, None, error="There is no such conversation.", status=404)
-    if get_chat_jobs().running(conversation_id):
-        message = "Stop the reply being generated first."
-        return chat_response(request, session, conversation, error=message, status=409)
-    return conversation
+def _when_idle(
+    request: Request,
+    conversation_id: int,
+    act: Callable[[Session, Conversation], ChatOptions | None],
+    *,
+    draft: str = "",
+) -> Response:
+    """Run `act` on the conversation if it exists and no reply is being generated for it, then
+    start the turn with the options it returns (None: nothing to generate yet). A ValueError
+    from `act` is the refusal the page shows (400), the message the user typed kept."""
+    with Session(get_engine(), expire_on_commit=False) as session:
+        conversation = get_conversation(session, conversation_id)
+        if conversation is None:
+            return chat_response(request, session, None, error="There is no such conversation.", status=404)
+        if get_chat_jobs().running(conversation_id):
+            message = "Stop the reply being generated first."
+            return chat_response(request, session, conversation, error=message, status=409)
+        try:
+            options = act(session, conversation)
+        except ValueError as exc:  # FormError, OptionsError, ConversationError
+            return chat_response(request, session, conversation, error=str(exc), status=400, draft=draft)
+        if options is None:
+            return _answer(request, session, conversation)
+        return _started(request, session, conversation, options)
 
 
 def _start(conversation_id: int, options: ChatOptions) -> ChatJob:
