@@ -16,6 +16,7 @@ from markupsafe import Markup
 from mlx_manager.services.markdown import pygments_css, render_markdown
 
 PYGMENTS_CSS = Path(__file__).resolve().parents[3] / "static" / "pygments.css"
+APP_CSS = PYGMENTS_CSS.with_name("app.css")
 COPY_BUTTON = '<button type="button" class="copy-button" data-copy>Copy</button>'
 ALLOWED_TAGS = {
     *("p", "br", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "blockquote", "ul", "ol", "li"),
@@ -286,8 +287,10 @@ def test_shipped_stylesheet_is_what_pygments_css_generates() -> None:
 
 def test_stylesheet_styles_the_block_and_both_colour_schemes() -> None:
     css = pygments_css()
+    chrome = APP_CSS.read_text(encoding="utf-8")  # the block's frame, header and copy button
     for selector in (".code-block {", ".code-head {", ".code-lang {", ".copy-button {"):
-        assert selector in css
+        assert selector in chrome
+    assert ".copy-button" not in css  # the chrome is written once, in app.css
     assert "@media (prefers-color-scheme: light)" in css and "@media (prefers-color-scheme: dark)" in css
     assert css.count(".code-block .k {") == 2  # keyword colour in each scheme
     assert "\npre " not in css and "td.linenos" not in css  # nothing outside .code-block
