@@ -10,7 +10,8 @@ from sqlmodel import Session
 from mlx_server import __version__
 from mlx_server.database import get_engine, head_revision
 from mlx_server.main import create_app as create_server_app
-from mlx_server.records import AuditLog, ModelRecord, ModelSource
+from mlx_server.records import ModelRecord, ModelSource
+from tests.mlx_manager.audit_rows import add_audit_row
 
 
 def _add_model(model_id: str = "smol") -> None:
@@ -68,18 +69,13 @@ def test_models_page_lists_registered_models(client: TestClient) -> None:
 
 
 def test_audit_page_shows_recorded_requests(client: TestClient) -> None:
-    with Session(get_engine()) as session:
-        session.add(
-            AuditLog(
-                request_id="req-1",
-                endpoint="/v1/chat/completions",
-                model="smol",
-                status=404,
-                latency_ms=12.5,
-                error="model 'x' not found",
-            )
-        )
-        session.commit()
+    add_audit_row(
+        request_id="req-1",
+        endpoint="/v1/chat/completions",
+        model="smol",
+        status=404,
+        error="model 'x' not found",
+    )
     page = client.get("/audit")
     assert page.status_code == 200
     assert "/v1/chat/completions" in page.text and "model &#39;x&#39; not found" in page.text

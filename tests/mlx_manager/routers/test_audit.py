@@ -21,10 +21,10 @@ from mlx_server.database import get_engine
 from mlx_server.records import AuditLog, SettingOverride, utcnow
 from mlx_server.services.operations.audit import audit_service, reset_audit_service
 from mlx_server.services.operations.audit_search import EXPORT_BATCH
+from tests.mlx_manager.audit_rows import add_audit_row, add_audit_rows
 from tests.support import ServerProcess, csrf_headers
 
 HTMX = {"HX-Request": "true"}
-CHAT = "POST /v1/chat/completions"
 NOW = utcnow().replace(microsecond=0)
 
 
@@ -32,20 +32,6 @@ NOW = utcnow().replace(microsecond=0)
 def _writer_drained(home: Path) -> Iterator[None]:
     yield
     reset_audit_service()
-
-
-def _add_many(count: int, **fields: Any) -> list[AuditLog]:
-    """`count` rows written straight to the database (in one transaction), oldest first."""
-    values: dict[str, Any] = {"request_id": "r", "endpoint": CHAT, "status": 200, "latency_ms": 5.0, **fields}
-    rows = [AuditLog(**values) for _ in range(count)]
-    with Session(get_engine(), expire_on_commit=False) as session:
-        session.add_all(rows)
-        session.commit()
-    return rows
-
-
-def _add(**fields: Any) -> AuditLog:
-    return _add_many(1, **fields)[0]
 
 
 def _ids(rows: list[AuditLog]) -> list[int]:
@@ -75,7 +61,7 @@ def mixed_rows(client: TestClient) -> dict[str, int]:
     ids = {}
     for hours_ago, (name, spec) in zip((5, 4, 3, 2, 1, 0), specs.items(), strict=True):
         created_at = NOW - timedelta(hours=hours_ago)
-        ids[name] = _add(request_id=f"req-{name}", created_at=created_at, **spec).id or 0
+        ids[name] = add_audit_row(request_id=f"req-{name}", created_at=created_at, **spec).id or 0
     return ids
 
 
@@ -112,7 +98,7 @@ def test_each_filter_narrows_the_list(
 
 
 def test_time_filters_read_offsets_and_show_utc_in_the_form(client: TestClient) -> None:
-    _add(request_id="late", created_at=NOW)
+    add_audit_row(request_id="late", created_at=NOW)
     local = (NOW + timedelta(hours=2)).replace(tzinfo=None).isoformat() + "+02:00"  # the same instant
     page = client.get("/audit", params={"since": local})
     assert _shown_ids(page.text) != []
@@ -120,11 +106,11 @@ def test_time_filters_read_offsets_and_show_utc_in_the_form(client: TestClient) 
 
 
 def test_page_is_newest_first_and_load_more_walks_every_row_once(client: TestClient) -> None:
-    ids = _ids(_add_many(120, model="m"))
+    ids = _ids(add_audit_rows(120, model="m"))
     first = client.get("/audit", params={"model": "m"})
     seen = _shown_ids(first.text)
     assert seen == sorted(ids, reverse=True)[:50]
-    _add_many(3, model="m")  # recorded while the user reads: must not shift the next pages
+    add_audit_rows(3, model="m")  # recorded while the user reads: must not shift the next pages
     before = _next_before_id(first.text)
     while before is not None:
         more = client.get("/audit", params={"model": "m", "before_id": before}, headers=HTMX)
@@ -136,7 +122,7 @@ def test_page_is_newest_first_and_load_more_walks_every_row_once(client: TestCli
 
 
 def test_load_more_works_as_a_plain_link_without_javascript(client: TestClient) -> None:
-    ids = _ids(_add_many(60))
+    ids = _ids(add_audit_rows(60))
     page = client.get("/audit", params={"before_id": ids[10]})
     assert "<html" in page.text and _shown_ids(page.text) == sorted(ids[:10], reverse=True)
     assert f"older than #{ids[10]}" in page.text and "Load more" not in page.text
@@ -165,7 +151,7 @@ def test_filter_form_gets_the_results_fragment_and_boosted_navigation_the_page(
     ],
 )
 def test_invalid_filters_show_what_to_fix(client: TestClient, params: dict[str, str], message: str) -> None:
-    _add()
+    add_audit_row()
     for headers in ({}, HTMX):
         page = client.get("/audit", params=params, headers=headers)
         assert page.status_code == 400
@@ -176,7 +162,7 @@ def test_invalid_filters_show_what_to_fix(client: TestClient, params: dict[str, 
 
 
 def test_detail_page_shows_every_field(client: TestClient) -> None:
-    row = _add(
+    row = add_audit_row(
         request_id="abc123",
         model="alpha",
         status=500,
@@ -212,9 +198,9 @@ def test_unknown_entry_is_a_404_page(client: TestClient) -> None:
 
 
 def test_csv_export_streams_the_filtered_rows_with_a_header(client: TestClient) -> None:
-    _add_many(EXPORT_BATCH + 20, model="m", parameters={"seed": 1})
-    _add(model="other")
-    _add(model="m", error="=HYPERLINK('http://x')")  # a spreadsheet must not run it
+    add_audit_rows(EXPORT_BATCH + 20, model="m", parameters={"seed": 1})
+    add_audit_row(model="other")
+    add_audit_row(model="m", error="=HYPERLINK('http://x')")  # a spreadsheet must not run it
     with client.stream("GET", "/audit/export.csv", params={"model": "m"}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"] == "text/csv; charset=utf-8"
@@ -247,8 +233,8 @@ def _retention_override() -> Any:
 
 
 def test_retention_is_stored_and_applied_at_once(client: TestClient) -> None:
-    old = _add(request_id="old", created_at=NOW - timedelta(days=10))
-    recent = _add(request_id="recent", created_at=NOW - timedelta(days=2))
+    old = add_audit_row(request_id="old", created_at=NOW - timedelta(days=10))
+    recent = add_audit_row(request_id="recent", created_at=NOW - timedelta(days=2))
     response = client.post("/audit/retention", data={"days": "7"}, headers={**csrf_headers(client), **HTMX})
     assert response.status_code == 200
     assert 'data-testid="retention-days">7<' in response.text and "1 older request deleted" in response.text
@@ -256,7 +242,7 @@ def test_retention_is_stored_and_applied_at_once(client: TestClient) -> None:
     ids = _shown_ids(client.get("/audit").text)
     assert ids == [recent.id] and old.id not in ids
     # The hourly job reads the override too, before the environment's 30 days.
-    _add(request_id="eight-days", created_at=NOW - timedelta(days=8))
+    add_audit_row(request_id="eight-days", created_at=NOW - timedelta(days=8))
     assert audit_service.prune_expired() == 1
 
 
@@ -343,7 +329,7 @@ def test_live_tail_sends_matching_rows_recorded_after_subscribing(live_server: s
 
 
 def test_live_tail_resumes_after_the_last_event_id(live_server: str) -> None:
-    first, second = _add(request_id="seen"), _add(request_id="missed")
+    first, second = add_audit_row(request_id="seen"), add_audit_row(request_id="missed")
     headers = {"Last-Event-ID": str(first.id)}
     with httpx.stream(
         "GET", f"{live_server}/audit/events?after_id=0", headers=headers, timeout=10

@@ -32,6 +32,7 @@ from mlx_server.services.operations.audit import audit_retention
 from mlx_server.services.operations.generation_defaults import DEFAULT_MAX_TOKENS_KEY, default_max_tokens
 from mlx_server.services.operations.setting_overrides import cached_override, read_override, write_override
 from mlx_server.utils.memory import GB
+from tests.mlx_manager.audit_rows import add_audit_row
 from tests.support import csrf_headers
 
 HTMX = {"HX-Request": "true"}
@@ -132,17 +133,7 @@ def test_pool_refuses_bad_limits_keeping_the_input(
 
 
 def test_audit_retention_is_saved_and_prunes_at_once(page: TestClient) -> None:
-    with Session(get_engine()) as session:
-        session.add(
-            AuditLog(
-                request_id="old",
-                endpoint="POST /v1/completions",
-                status=200,
-                latency_ms=1.0,
-                created_at=utcnow() - timedelta(days=10),
-            )
-        )
-        session.commit()
+    add_audit_row(request_id="old", endpoint="POST /v1/completions", created_at=utcnow() - timedelta(days=10))
     fragment = page.post("/settings/audit", data={"days": "7"}, headers=HTMX)
     assert fragment.status_code == 200 and 'action="/settings/audit"' in fragment.text
     assert 'data-testid="retention-days">7<' in fragment.text and "1 older request deleted" in fragment.text
