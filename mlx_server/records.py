@@ -63,6 +63,8 @@ class ModelCapabilities(SQLModel, table=True):
     embedding_dimensions: int | None = None
     max_sequence_length: int | None = None
     is_normalized: bool | None = None
+    # sentence-transformers pooling: mean, cls, max, mean_sqrt_len, lasttoken; "model" = its own.
+    embedding_pooling: str | None = Field(default=None, max_length=16)
 
     supports_tts: bool | None = None
     supports_stt: bool | None = None

@@ -24,10 +24,12 @@ from mlx_server.models.adapters import ModelAdapter, create_adapter
 from mlx_server.models.detection import ModelType, detect_model_family, detect_model_type, read_chat_template
 from mlx_server.models.loaders import LoadedModel, read_spec
 from mlx_server.models.pool import ModelPoolManager, get_model_pool
+from mlx_server.models.store import save_capabilities
 from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking
-from mlx_server.records import ModelCapabilities, utcnow
+from mlx_server.records import ModelCapabilities
+from mlx_server.services.operations.probe_embeddings import probe_embedding_model
 from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
 from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
 from mlx_server.services.pipeline.sampling import SamplingParams
@@ -143,14 +145,17 @@ async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
         spec = read_spec(model_id)  # ModelNotFoundError, or missing files, before anything loads
         model_type = detect_model_type(spec.path, spec.config)
         family = detect_model_family(model_id, spec.config, read_chat_template(spec.path))
-        if model_type is not ModelType.TEXT_GEN:
+        if model_type not in (ModelType.TEXT_GEN, ModelType.EMBEDDINGS):
             raise APIError(
                 400,
-                f"{model_id!r} is a {model_type} model; the probe runs text-generation models only.",
+                f"{model_id!r} is of type {model_type}; the probe runs text-generation and "
+                "embedding models only.",
                 param="model",
                 code="model_type_unsupported",
             )
         outcome.detail = f"type {model_type}, family {family}"
+    if model_type is ModelType.EMBEDDINGS:
+        return await probe_embedding_model(model_id, family, steps, _unload)
     pool = get_model_pool()
     was_loaded = pool.get_loaded(model_id) is not None
     with steps.step("load") as outcome:
@@ -313,26 +318,23 @@ def _tool_detail(default_id: str, found_id: str, output: str) -> str:
 
 
 def _save(model_id: str, model_type: ModelType, family: str, findings: _Findings) -> ModelCapabilities:
+    tools_work = findings.tool_parser_id != "null"
     with Session(get_engine()) as session:
-        row = session.get(ModelCapabilities, model_id) or ModelCapabilities(model_id=model_id)
-        row.model_type = str(model_type)
-        row.model_family = family
-        tools_work = findings.tool_parser_id != "null"
-        # A model that wrote no readable call keeps its family's format (tool_format None says
-        # "unverified"): storing "null" would also switch off the call grammar, which makes
-        # even such a model write valid calls under tool_choice "required".
-        row.tool_parser_id = findings.tool_parser_id if tools_work else findings.default_tool_parser_id
-        row.thinking_parser_id = findings.thinking_parser_id
-        row.supports_native_tools = findings.native_tools
-        row.supports_thinking = findings.thinking_parser_id != "null"
-        row.tool_format = ("native" if findings.native_tools else "injection") if tools_work else None
-        row.practical_max_tokens = findings.practical_max_tokens
-        row.probed_at = utcnow()
-        session.add(row)
-        session.commit()
-        session.refresh(row)
-        session.expunge(row)
-    return row
+        return save_capabilities(
+            session,
+            model_id,
+            model_type=str(model_type),
+            model_family=family,
+            # A model that wrote no readable call keeps its family's format (tool_format None says
+            # "unverified"): storing "null" would also switch off the call grammar, which makes
+            # even such a model write valid calls under tool_choice "required".
+            tool_parser_id=findings.tool_parser_id if tools_work else findings.default_tool_parser_id,
+            thinking_parser_id=findings.thinking_parser_id,
+            supports_native_tools=findings.native_tools,
+            supports_thinking=findings.thinking_parser_id != "null",
+            tool_format=("native" if findings.native_tools else "injection") if tools_work else None,
+            practical_max_tokens=findings.practical_max_tokens,
+        )
 
 
 async def _unload(
