@@ -6,7 +6,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
 from mlx_manager.routers import audit, chat, chat_stream, downloads, hub, models, pages, server
@@ -17,6 +19,8 @@ from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.templating import STATIC_DIR
 from mlx_server.facade import (
+    GuardPolicy,
+    RequestGuard,
     __version__,
     create_server_app,
     health_router,
@@ -34,6 +38,10 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
 
 
+def _refused(_scope: Scope, status: int, message: str) -> PlainTextResponse:
+    return PlainTextResponse(message, status_code=status)
+
+
 def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     settings = settings or get_manager_settings()
     use_manager_settings(settings)  # pages see what the app was created with (serve --host)
@@ -46,7 +54,10 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.mount("/v1", create_server_app(embedded=True))
+    app.mount("/v1", create_server_app(embedded=True, host_names=(settings.host,)))
     app.add_middleware(CSRFMiddleware)
+    # Host allow-list and body limits for the pages; /v1 guards itself (errors in its protocols').
+    policy = GuardPolicy.from_settings(settings.server_settings(), (settings.host,))
+    app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1",))
     instrument(app, token=settings.logfire_token, service_name="mlx-manager")
     return app

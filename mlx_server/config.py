@@ -45,6 +45,15 @@ class MLXServerSettings(BaseSettings):
     # Audit rows older than this are pruned by a scheduled job; 0 keeps them forever.
     audit_retention_days: int = Field(default=30, ge=0)
 
+    # DNS-rebinding protection: Host names requests may carry besides localhost, 127.0.0.1 and
+    # [::1] (any port), e.g. ["mybox.lan"] when clients reach the server by that name; "*" is any.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Browser origins (e.g. "https://app.example") allowed to call /v1 cross-site; none by default.
+    cors_origins: list[str] = Field(default_factory=list)
+    # Request bodies: JSON (and forms) at most this many bytes, uploads (multipart) their own limit.
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_upload_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser()

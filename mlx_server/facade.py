@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_server import __version__
+from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark._server import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot
 from mlx_server.config import get_settings as get_server_settings
@@ -130,6 +131,7 @@ __all__ = [
     "GenerationEvent",
     "GenerationParams",
     "GenerationRequest",
+    "GuardPolicy",
     "MLXServerSettings",
     "ModelCapabilities",
     "ModelNotFoundError",
@@ -142,6 +144,7 @@ __all__ = [
     "ProbeStep",
     "ReasoningDelta",
     "Reply",
+    "RequestGuard",
     "SamplingParams",
     "SettingsSlot",
     "TextDelta",
@@ -172,6 +175,7 @@ __all__ = [
     "health_router",
     "import_gguf",
     "instrument",
+    "is_cross_site",
     "is_probe_running",
     "iter_batches",
     "latest_id",

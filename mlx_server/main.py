@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
+from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
@@ -97,21 +98,26 @@ async def migrate_on_start(_app: FastAPI) -> AsyncIterator[None]:
         yield
 
 
-def create_app(embedded: bool = False) -> FastAPI:
+def create_app(embedded: bool = False, host_names: tuple[str, ...] = ()) -> FastAPI:
     """Build the server app.
 
     Embedded: mounted by the manager at /v1, shares its database and lifespan.
     Standalone: serves /v1/... itself and runs `server_services()` as its lifespan.
+    `host_names`: Host headers to accept besides loopback and the settings' (the manager's bind).
     """
+    settings = get_settings()
     app = FastAPI(
         title="MLX Server",
         version=__version__,
         lifespan=None if embedded else migrate_on_start,
     )
     install_error_handlers(app)
+    # Inside the audit middleware: refused requests get their audit row too.
+    policy = GuardPolicy.from_settings(settings, (settings.host, *host_names))
+    app.add_middleware(RequestGuard, policy=policy)
     app.add_middleware(AuditMiddleware)
     app.include_router(health_router)
     app.include_router(v1_router, prefix="" if embedded else "/v1")
     if not embedded:
-        instrument(app, token=get_settings().logfire_token, service_name="mlx-server")
+        instrument(app, token=settings.logfire_token, service_name="mlx-server")
     return app

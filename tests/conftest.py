@@ -36,6 +36,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     home = tmp_path / "home"
     monkeypatch.setenv("MLX_MANAGER_HOME", str(home))
     monkeypatch.delenv("MLX_SERVER_HOME", raising=False)
+    # TestClient sends `Host: testserver`; only tests accept it (request_guard.py).
+    monkeypatch.setenv("MLX_SERVER_ALLOWED_HOSTS", '["testserver"]')
     _reset()
     yield home
     _reset()

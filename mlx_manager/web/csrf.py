@@ -6,7 +6,11 @@ API must send the same token back, in the `X-CSRF-Token` header (htmx does, see
 base.html's `hx-headers`) or in a `csrf_token` form field (plain forms). Another site can
 make the browser send the cookie, but cannot read it to copy it into the request.
 
-The inference API under /v1 is exempt: its clients are scripts with no cookies.
+It also refuses a state-changing request a browser marks as sent by a page of another site
+(`Origin` not this host, or `Sec-Fetch-Site: cross-site`), token or not.
+
+The inference API under /v1 is exempt: its clients are scripts with no cookies (its own guard,
+mlx_server/api/request_guard.py, refuses cross-site requests).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from urllib.parse import parse_qs
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlx_server.facade import is_cross_site
 
 COOKIE = "mlx_csrf"
 HEADER = "x-csrf-token"
@@ -52,9 +58,13 @@ class CSRFMiddleware:
         scope.setdefault("state", {})["csrf_token"] = token
 
         if scope["method"] in UNSAFE_METHODS:
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if is_cross_site(headers):
+                await _forbidden(send, "a page of another site sent it (Origin / Sec-Fetch-Site)")
+                return
             sent, receive = await _submitted_token(scope, receive)
             if cookie is None or sent is None or not hmac.compare_digest(sent, cookie):
-                await _forbidden(send)
+                await _forbidden(send, "the form or request lacked the token from the mlx_csrf cookie")
                 return
 
         async def send_with_cookie(message: Message) -> None:
@@ -105,13 +115,8 @@ async def _submitted_token(scope: Scope, receive: Receive) -> tuple[str | None, 
     return (values[0] if values else None), replay
 
 
-async def _forbidden(send: Send) -> None:
-    body = json.dumps(
-        {
-            "detail": "CSRF check failed: reload the page and try again "
-            "(the form or request lacked the token from the mlx_csrf cookie)."
-        }
-    ).encode()
+async def _forbidden(send: Send, reason: str) -> None:
+    body = json.dumps({"detail": f"CSRF check failed: reload the page and try again ({reason})."}).encode()
     await send(
         {
             "type": "http.response.start",
