@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
-from mlx_manager.routers import audit, chat, chat_stream, downloads, hub, models, pages, server
+from mlx_manager.routers import audit, chat, chat_stream, downloads, embeddings, hub, models, pages, server
 from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.downloads import download_services
@@ -50,7 +50,9 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     use_server_settings(settings.server_settings())
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
-    page_routers = [m.router for m in (pages, models, server, chat, chat_stream, audit, hub, downloads)]
+    page_routers = [
+        m.router for m in (pages, models, server, chat, chat_stream, embeddings, audit, hub, downloads)
+    ]
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

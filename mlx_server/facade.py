@@ -20,7 +20,7 @@ from mlx_server.database import database_status, get_engine, get_session, upgrad
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
-from mlx_server.models.detection import read_chat_template
+from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
@@ -67,6 +67,7 @@ from mlx_server.services.operations.pool_admin import (
 )
 from mlx_server.services.operations.probe import ProbeStep, is_probe_running, probe_model
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
+from mlx_server.services.pipeline.embeddings import Embeddings, create_embeddings, input_list
 from mlx_server.services.pipeline.events import (
     Finish,
     FinishReason,
@@ -125,6 +126,7 @@ __all__ = [
     "AuditFilter",
     "AuditLog",
     "CompletionStats",
+    "Embeddings",
     "Finish",
     "FinishReason",
     "GGUFImportError",
@@ -138,6 +140,7 @@ __all__ = [
     "ModelRecord",
     "ModelSource",
     "ModelStoreError",
+    "ModelType",
     "Notice",
     "PoolLimits",
     "PoolState",
@@ -160,10 +163,12 @@ __all__ = [
     "audit_service",
     "bench_arguments",
     "count_audit_rows",
+    "create_embeddings",
     "create_server_app",
     "database_status",
     "default_max_tokens_setting",
     "delete_override",
+    "detect_model_type",
     "distinct_values",
     "ensure_default_models",
     "generate_chat_completion",
@@ -174,6 +179,7 @@ __all__ = [
     "get_session",
     "health_router",
     "import_gguf",
+    "input_list",
     "instrument",
     "is_cross_site",
     "is_probe_running",

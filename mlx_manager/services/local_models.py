@@ -21,6 +21,7 @@ from mlx_server.facade import (
     ModelRecord,
     ModelSource,
     ModelStoreError,
+    detect_model_type,
     get_model,
     get_server_settings,
     is_probe_running,
@@ -37,6 +38,8 @@ class LocalModel:
     loaded: bool
     pinned: bool
     busy: bool  # serving requests right now
+    # What the probe stored, else what the files say (detection: config.json, modules.json).
+    model_type: str
 
     @property
     def id(self) -> str:
@@ -86,9 +89,16 @@ def local_models(session: Session) -> list[LocalModel]:
                 loaded=state.loaded,
                 pinned=state.pinned,
                 busy=state.busy,
+                model_type=_model_type(record, capabilities.get(record.id)),
             )
         )
     return rows
+
+
+def _model_type(record: ModelRecord, capabilities: ModelCapabilities | None) -> str:
+    if capabilities is not None and capabilities.model_type:
+        return capabilities.model_type
+    return str(detect_model_type(Path(record.path)))
 
 
 def local_model(session: Session, model_id: str) -> LocalModel | None:
@@ -107,8 +117,9 @@ def delete_model(session: Session, model_id: str) -> str:
     """Unregister a model and remove the files we own; returns what was done, for the page.
 
     Refused while the model is loaded or being probed: unloading first is the user's call.
-    Imported models live in our models directory and are removed; hub downloads are removed
-    from the hub cache; a model registered from the user's own directory keeps its files.
+    Imported models (GGUF, the bundled defaults) live in our models directory and are removed;
+    hub downloads are removed from the hub cache; a model registered from the user's own
+    directory keeps its files.
     """
     record = get_model(session, model_id)
     if record is None:
@@ -118,7 +129,8 @@ def delete_model(session: Session, model_id: str) -> str:
     if is_probe_running(model_id):
         raise ModelStoreError(f"{model_id} is being probed; delete it once the probe has finished.")
     path = Path(record.path)
-    if record.source == ModelSource.GGUF_IMPORT and path.is_relative_to(get_server_settings().models_dir):
+    # Files in our models directory are ours: GGUF imports and the bundled default models.
+    if record.source != ModelSource.HUB and path.is_relative_to(get_server_settings().models_dir):
         shutil.rmtree(path, ignore_errors=True)
         done = f"Deleted {model_id} and its files ({path})."
     elif record.source == ModelSource.HUB:
