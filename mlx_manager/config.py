@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from mlx_server.facade import DEFAULT_HOME, MLXServerSettings, SettingsSlot
+from mlx_server.facade import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 
 
 class ManagerSettings(BaseSettings):
@@ -18,25 +18,25 @@ class ManagerSettings(BaseSettings):
     port: int = 8080
     import_default_model: bool = True
     logfire_token: str | None = None
+    # The dashboard asks for the admin password even on loopback (it always does on another bind).
+    require_login: bool = False
+    # How long a dashboard login lasts.
+    session_hours: float = Field(default=12, gt=0)
 
     def server_settings(self) -> MLXServerSettings:
-        """Settings for the embedded server: the environment's, on the manager's home."""
-        return MLXServerSettings(home=self.home)
+        """Settings for the embedded server: the environment's, on the manager's home and bind
+        address (which decides whether /v1 needs a key)."""
+        return MLXServerSettings(home=self.home, host=self.host)
 
     @property
     def binds_loopback_only(self) -> bool:
-        """Whether only this machine can reach the dashboard and the API (neither has logins)."""
+        """Whether only this machine can reach the dashboard and the API."""
         return is_loopback(self.host)
 
-
-def is_loopback(host: str) -> bool:
-    """localhost, 127.0.0.0/8 or ::1 (brackets allowed); a name or 0.0.0.0 is not."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
+    @property
+    def login_required(self) -> bool:
+        """The dashboard asks for the admin password: always off loopback, else if set to."""
+        return self.require_login or not self.binds_loopback_only
 
 
 _settings = SettingsSlot(ManagerSettings)

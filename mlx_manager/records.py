@@ -1,4 +1,5 @@
-"""Manager-owned tables: playground conversations and their messages, hub download jobs."""
+"""Manager-owned tables: playground conversations and their messages, hub download jobs, the
+dashboard's admin account."""
 
 from __future__ import annotations
 
@@ -82,4 +83,17 @@ class DownloadJob(SQLModel, table=True):
     # The registered model, once completed.
     model_id: str | None = Field(default=None, max_length=255)
     created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class AdminAccount(SQLModel, table=True):
+    """The dashboard's one admin account (a single row, id 1): the password's argon2 hash and
+    the secret session cookies are signed with; a new password makes a new secret, which ends
+    every session."""
+
+    __tablename__ = "admin_account"
+
+    id: int = Field(default=1, primary_key=True)
+    password_hash: str = Field(max_length=255)
+    session_secret: str = Field(max_length=64)
     updated_at: datetime = Field(default_factory=utcnow)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -65,6 +66,16 @@ class MLXServerSettings(BaseSettings):
     @property
     def models_dir(self) -> Path:
         return self.home_dir / "models"
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1 (brackets allowed); a name or 0.0.0.0 is not."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mlx_server import __version__
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark._server import bench_arguments, publish
-from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot
+from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import database_status, get_engine, get_session, upgrade_database
@@ -32,7 +32,26 @@ from mlx_server.models.store import (
     validate_model_id,
 )
 from mlx_server.observability import instrument
-from mlx_server.records import AuditLog, ModelCapabilities, ModelRecord, ModelSource, utcnow
+from mlx_server.records import (
+    ApiKey,
+    ApiKeyScope,
+    AuditLog,
+    ModelCapabilities,
+    ModelRecord,
+    ModelSource,
+    utcnow,
+)
+from mlx_server.services.operations.api_keys import (
+    ApiKeyError,
+    KeyState,
+    NewApiKey,
+    bind_refusal,
+    create_api_key,
+    key_state,
+    keys_exist,
+    list_api_keys,
+    revoke_api_key,
+)
 from mlx_server.services.operations.audit import (
     MAX_RETENTION_DAYS,
     audit_retention,
@@ -88,6 +107,7 @@ from mlx_server.services.pipeline.generation import CompletionStats, GenerationP
 from mlx_server.services.pipeline.inference import generate_chat_completion
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.utils.sliding_window import SlidingWindow
 
 
 def pool_summary() -> dict[str, int]:
@@ -123,6 +143,9 @@ __all__ = [
     "MAX_MODELS_LIMIT",
     "MAX_RETENTION_DAYS",
     "APIError",
+    "ApiKey",
+    "ApiKeyError",
+    "ApiKeyScope",
     "AuditFilter",
     "AuditLog",
     "CompletionStats",
@@ -134,6 +157,7 @@ __all__ = [
     "GenerationParams",
     "GenerationRequest",
     "GuardPolicy",
+    "KeyState",
     "MLXServerSettings",
     "ModelCapabilities",
     "ModelNotFoundError",
@@ -141,6 +165,7 @@ __all__ = [
     "ModelSource",
     "ModelStoreError",
     "ModelType",
+    "NewApiKey",
     "Notice",
     "PoolLimits",
     "PoolState",
@@ -150,6 +175,7 @@ __all__ = [
     "RequestGuard",
     "SamplingParams",
     "SettingsSlot",
+    "SlidingWindow",
     "TextDelta",
     "TokenLogprob",
     "ToolCallDelta",
@@ -162,7 +188,9 @@ __all__ = [
     "audit_retention",
     "audit_service",
     "bench_arguments",
+    "bind_refusal",
     "count_audit_rows",
+    "create_api_key",
     "create_embeddings",
     "create_server_app",
     "database_status",
@@ -182,9 +210,13 @@ __all__ = [
     "input_list",
     "instrument",
     "is_cross_site",
+    "is_loopback",
     "is_probe_running",
     "iter_batches",
+    "key_state",
+    "keys_exist",
     "latest_id",
+    "list_api_keys",
     "list_models",
     "load_model",
     "memory_budget_bytes",
@@ -198,6 +230,7 @@ __all__ = [
     "read_chat_template",
     "read_override",
     "reset_pool_limits",
+    "revoke_api_key",
     "rows_after",
     "server_services",
     "set_audit_retention",

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 
 from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
+from mlx_server.api.key_middleware import ApiKeyMiddleware
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
@@ -112,6 +113,9 @@ def create_app(embedded: bool = False, host_names: tuple[str, ...] = ()) -> Fast
         lifespan=None if embedded else migrate_on_start,
     )
     install_error_handlers(app)
+    # Innermost of the three: a request from a refused Host or with an oversized body never
+    # reaches the key check, and the audit row still gets the key's name.
+    app.add_middleware(ApiKeyMiddleware)
     # Inside the audit middleware: refused requests get their audit row too.
     policy = GuardPolicy.from_settings(settings, (settings.host, *host_names))
     app.add_middleware(RequestGuard, policy=policy)

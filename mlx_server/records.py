@@ -95,6 +95,31 @@ class AuditLog(SQLModel, table=True):
     error: str | None = None
     # The generation parameters the client set (temperature, max_tokens, ...); never the prompt.
     parameters: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # The name of the API key the request was made with (None: no key was needed or sent).
+    key_name: str | None = Field(default=None, index=True, max_length=64)
+
+
+class ApiKeyScope(StrEnum):
+    INFERENCE = "inference"  # every /v1 route but /v1/admin/*
+    ADMIN = "admin"  # every /v1 route
+
+
+class ApiKey(SQLModel, table=True):
+    """A key for /v1; only its SHA-256 is stored (the key itself is shown once, at creation)."""
+
+    __tablename__ = "api_keys"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=64, unique=True, index=True)
+    # The key's first characters, shown in lists so a user can tell keys apart.
+    prefix: str = Field(max_length=16)
+    key_hash: str = Field(max_length=64, unique=True, index=True)
+    scope: ApiKeyScope = Field(sa_type=String(16))
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    requests_per_minute: int | None = None
+    tokens_per_day: int | None = None
 
 
 class SettingOverride(SQLModel, table=True):

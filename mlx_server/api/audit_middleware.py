@@ -77,6 +77,8 @@ class AuditDetails:
     completion_tokens: int | None = None
     error: str | None = None
     parameters: dict[str, Any] | None = None
+    # The API key's name (set by api/key_middleware.py when the request was admitted with a key).
+    key_name: str | None = None
     # perf_counter() at the request's arrival: the origin of latency_ms and ttft_ms.
     started: float = field(default_factory=time.perf_counter, repr=False, compare=False)
 
@@ -125,7 +127,7 @@ def _tool_name(tool: object) -> str:
     return str(getattr(tool, "name", "?"))
 
 
-def _full_path(scope: Scope) -> str:
+def full_path(scope: Scope) -> str:
     # Starlette keeps the mount prefix in `path` (root_path "/v1", path "/v1/models"); servers
     # following the older ASGI reading strip it, so add root_path back only when it is missing.
     path: str = scope["path"]
@@ -133,7 +135,7 @@ def _full_path(scope: Scope) -> str:
     return path if path.startswith(root_path) else root_path + path
 
 
-def _is_audited(path: str) -> bool:
+def is_audited(path: str) -> bool:
     return (path == AUDITED_PREFIX or path.startswith(AUDITED_PREFIX + "/")) and path not in NOT_AUDITED
 
 
@@ -156,8 +158,8 @@ class AuditMiddleware:
         self.service = service or audit_service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = _full_path(scope) if scope["type"] == "http" else ""
-        if not _is_audited(path):
+        path = full_path(scope) if scope["type"] == "http" else ""
+        if not is_audited(path):
             await self.app(scope, receive, send)
             return
         exchange = _Exchange(self.service, scope, f"{scope['method']} {path}", receive, send)
@@ -256,6 +258,7 @@ class _Exchange:
                     completion_tokens=details.completion_tokens,
                     error=error[:_MAX_ERROR_CHARS] if error else None,
                     parameters=details.parameters,
+                    key_name=details.key_name,
                 )
             )
         except Exception:  # the audit log must never fail a request

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 _OPENAI_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     413: "invalid_request_error",
     422: "invalid_request_error",
