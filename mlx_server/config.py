@@ -32,6 +32,9 @@ class MLXServerSettings(BaseSettings):
     max_models: int = Field(default=4, ge=1)
     # A model unused this long is unloaded unless pinned; 0 keeps models until evicted.
     idle_ttl_seconds: float = Field(default=1800, ge=0)
+    # KV caches kept per loaded model for reuse by requests sharing a prompt prefix (MiB; 0
+    # keeps none). Their bytes count in the pool's budget; a load drops them before models.
+    prompt_cache_mb: int = Field(default=512, ge=0)
 
     # Generation requests admitted at once (running + waiting for the MLX thread); the next
     # one gets 503 with Retry-After instead of an unbounded queue.

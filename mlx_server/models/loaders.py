@@ -62,7 +62,7 @@ class LoadedModel:
     last_used: float = field(default_factory=time.time)
     pinned: bool = False
     active: int = 0
-    prompt_cache: PromptCache = field(default_factory=PromptCache)
+    prompt_cache: PromptCache = field(default_factory=PromptCache.from_settings)
     # Embeddings: pooling, normalization, dimensions and the longest input.
     embedding: EmbeddingProfile | None = None
 

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -164,12 +165,18 @@ class ModelPoolManager:
 
     @property
     def used_bytes(self) -> int:
-        return sum(m.size_bytes for m in self._models.values())
+        """Weights plus the prompt caches kept beside them."""
+        return sum(m.size_bytes + m.prompt_cache.nbytes for m in self._models.values())
+
+    @property
+    def prompt_cache_bytes(self) -> int:
+        return sum(m.prompt_cache.nbytes for m in self._models.values())
 
     def status(self) -> dict[str, Any]:
         return {
             "budget_bytes": self.budget_bytes,
             "used_bytes": self.used_bytes,
+            "prompt_cache_bytes": self.prompt_cache_bytes,
             "max_models": self.max_models,
             "idle_ttl_seconds": self.idle_ttl_seconds,
             "loading": sorted(self._loading),
@@ -184,10 +191,7 @@ class ModelPoolManager:
                     "pinned": m.pinned,
                     "active_requests": m.active,
                     "probed": m.probed,
-                    "prompt_cache": {
-                        "hits": m.prompt_cache.hits,
-                        "reused_tokens": m.prompt_cache.reused_tokens,
-                    },
+                    "prompt_cache": m.prompt_cache.figures(),
                 }
                 for m in reversed(self._models.values())  # most recently used first
             ],
@@ -249,6 +253,7 @@ class ModelPoolManager:
                 param="model",
                 code="model_too_large",
             )
+        await self._shed_prompt_caches(self.budget_bytes - need)
         while self.used_bytes + need > self.budget_bytes or len(self._models) >= self.max_models:
             victim = next((i for i, m in self._models.items() if not m.pinned and not m.active), None)
             if victim is not None:
@@ -271,13 +276,28 @@ class ModelPoolManager:
                 code="pool_full",
             )
 
+    async def _shed_prompt_caches(self, target_bytes: int) -> None:
+        """Drop prompt cache entries, least recently used model first, until the pool holds at
+        most `target_bytes`: they are cheaper to lose than a loaded model."""
+        for loaded in list(self._models.values()):
+            excess = self.used_bytes - target_bytes
+            if excess <= 0:
+                return
+            cache = loaded.prompt_cache
+            await run_on_metal_thread(partial(cache.trim_to, max(0, cache.nbytes - excess)))
+
     async def _evict(self, model_id: str) -> None:
         loaded = self._models.pop(model_id)
         # Drop the weights here: an evicted object still referenced elsewhere must not keep them.
         loaded.model = None
-        loaded.prompt_cache.clear()
+        cache = loaded.prompt_cache
         del loaded
-        await run_on_metal_thread(_free_memory)
+
+        def free() -> None:  # on the MLX thread, where the model's last generation gave its cache back
+            cache.clear()
+            _free_memory()
+
+        await run_on_metal_thread(free)
 
 
 _pool: ModelPoolManager | None = None

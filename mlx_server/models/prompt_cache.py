@@ -1,60 +1,96 @@
-"""Reuse of the KV cache across requests that share a prompt prefix (seed 000, "prompt cache").
+"""Reuse of KV caches across requests that share a prompt prefix (seed 000, "prompt cache").
 
-Agents resend the whole conversation every turn, and tool definitions make a long shared
-system prompt; prefill is the slow part (on this CPU ~13 tokens/s against ~10 decoded), so a
-request whose prompt starts like the previous one only prefills the new tail.
+Agents resend the whole conversation every turn, side requests (titles, sub-agents) come with
+their own system prompts, and tool definitions make long shared prefixes; prefill is the slow
+part on this CPU, so a request should only prefill what no earlier request has seen.
 
-One entry per loaded model: a request takes it (exclusively, on the MLX thread), trims it to
-the prefix it shares with its prompt, extends it while generating, and gives it back with the
-tokens it now holds. A concurrent request finds the slot empty and starts fresh.
+Many entries per loaded model, keyed by the tokens each holds, in mlx-lm's own
+`LRUPromptCache` (a token trie with least-recently-used eviction by bytes): a request takes a
+copy of the entry with the longest prefix it shares (trimmed to that prefix), extends it while
+generating and gives it back under its tokens, which replaces the shorter entries it extends.
+The copy is cheap: MLX arrays are values, so a copy shares the entry's buffers until the
+request writes its own tokens, which gives the request buffers of its own; an entry in the trie
+is never written, so no request can change what another one reads.
+
+Everything here runs on the MLX thread, except the figures, which are plain reads.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from mlx_server.config import get_settings
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+MiB = 1024**2
+# LRUPromptCache keys entries by model first; each loaded model has its own PromptCache.
+_KEY = "model"
 
 
 class PromptCache:
-    def __init__(self) -> None:
-        self._tokens: list[int] = []
-        self._cache: list[Any] | None = None
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries = LRUPromptCache(max_size=sys.maxsize, max_bytes=max_bytes)
         self.hits = 0
         self.reused_tokens = 0
 
-    def take(self, model: Any, prompt: list[int]) -> tuple[list[Any], int]:
-        """A KV cache for `prompt` and how many of its first tokens it already holds.
+    @classmethod
+    def from_settings(cls) -> PromptCache:
+        """Bounded by MLX_SERVER_PROMPT_CACHE_MB (0 keeps nothing)."""
+        return cls(get_settings().prompt_cache_mb * MiB)
 
-        At least the last prompt token is always left to process: generation starts from it.
-        """
-        tokens, cache = self._tokens, self._cache
-        self._tokens, self._cache = [], None
-        if cache is not None and can_trim_prompt_cache(cache):
-            held = cache[0].offset if cache else 0
-            reuse = min(_common_prefix(tokens[:held], prompt), len(prompt) - 1)
-            if reuse > 0:
-                trim_prompt_cache(cache, held - reuse)
-                self.hits += 1
-                self.reused_tokens += reuse
-                return cache, reuse
-        return make_prompt_cache(model), 0
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the KV arrays the entries hold (their allocated buffers, not only the
+        tokens in use)."""
+        return int(self._entries.nbytes)
+
+    @property
+    def entries(self) -> int:
+        return len(self._entries)
+
+    def take(self, model: Any, prompt: list[int]) -> tuple[list[Any], int]:
+        """A KV cache of the request's own for `prompt`, and how many of its first tokens it
+        already holds. At least the last prompt token is left to process: generation starts
+        from it."""
+        cache, rest = self._entries.fetch_nearest_cache(_KEY, prompt)
+        reused = len(prompt) - len(rest)
+        if cache is not None and reused == len(prompt):  # the whole prompt was cached
+            if can_trim_prompt_cache(cache):
+                trim_prompt_cache(cache, 1)
+                reused -= 1
+            else:
+                cache, reused = None, 0
+        if cache is None or reused <= 0:
+            return make_prompt_cache(model), 0
+        self.hits += 1
+        self.reused_tokens += reused
+        return cache, reused
 
     def give_back(self, cache: list[Any], tokens: list[int]) -> None:
-        """Keep `cache` for the next request; `tokens` are the ones fed so far (prompt, then
-        generated), of which the cache holds the first `offset`."""
+        """Keep `cache` as an entry; `tokens` are the ones fed so far (prompt, then generated),
+        of which the cache holds the first `offset`. The caller must not use `cache` again."""
         held = cache[0].offset if cache else 0
-        if held <= len(tokens) and can_trim_prompt_cache(cache):
-            self._tokens, self._cache = tokens[:held], cache
+        if not 0 < held <= len(tokens) or self.max_bytes <= 0:
+            return
+        if sum(c.nbytes for c in cache) > self.max_bytes:
+            return  # it would evict everything, itself included
+        self._entries.insert_cache(_KEY, tokens[:held], cache)
+
+    def trim_to(self, max_bytes: int) -> None:
+        """Drop least recently used entries until at most `max_bytes` are held."""
+        self._entries.trim_to(n_bytes=max_bytes)
 
     def clear(self) -> None:
-        self._tokens, self._cache = [], None
+        self._entries.trim_to(n_sequences=0)
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "hits": self.hits,
+            "reused_tokens": self.reused_tokens,
+            "entries": self.entries,
+            "bytes": self.nbytes,
+            "max_bytes": self.max_bytes,
+        }
