@@ -57,6 +57,11 @@ class MLXServerSettings(BaseSettings):
     # Request bodies: JSON (and forms) at most this many bytes, uploads (multipart) their own limit.
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    # Time limits (blueprint §13.2): a /v1 request running longer is stopped (504, or an error
+    # event if streaming). Per endpoint by glob, first match wins, e.g.
+    # {"POST /v1/embeddings": 60, "POST /v1/admin/models/*/load": 1800}; 0 is no limit.
+    timeout_seconds: float = Field(default=600, ge=0)
+    endpoint_timeouts: dict[str, float] = Field(default_factory=dict)
 
     @property
     def home_dir(self) -> Path:

@@ -15,6 +15,7 @@ from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
 from mlx_server.api.key_middleware import ApiKeyMiddleware
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
+from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
@@ -113,6 +114,9 @@ def create_app(embedded: bool = False, host_names: tuple[str, ...] = ()) -> Fast
         lifespan=None if embedded else migrate_on_start,
     )
     install_error_handlers(app)
+    # Innermost: a request stopped at its deadline still passes back out through the others.
+    timeouts = settings.endpoint_timeouts
+    app.add_middleware(RequestTimeout, default=settings.timeout_seconds, per_endpoint=timeouts)
     # Innermost of the three: a request from a refused Host or with an oversized body never
     # reaches the key check, and the audit row still gets the key's name.
     app.add_middleware(ApiKeyMiddleware)

@@ -109,9 +109,9 @@ def too_large_message(limit: int) -> str:
 Refuse = Callable[[Scope, int, str], Any]
 
 
-def protocol_error(scope: Scope, status: int, message: str) -> JSONResponse:
+def protocol_error(scope: Scope, status: int, message: str, code: str = "request_refused") -> JSONResponse:
     """The error in the shape of the protocol the path belongs to (Anthropic's or OpenAI's)."""
-    error = APIError(status, message, code="request_refused")
+    error = APIError(status, message, code=code)
     return anthropic_error_response(error) if "/messages" in scope["path"] else error_response(error)
 
 

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
+
 # --- Content blocks ---
 
 
@@ -108,11 +110,17 @@ class MessagesInput(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1)
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: str | list[TextBlock] | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_sizes(cls, value: list[Tool] | None) -> list[Tool] | None:
+        check_tool_sizes(value)
+        return value
 
     @field_validator("tool_choice")
     @classmethod

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
+
 
 class ModelObject(BaseModel):
     id: str
@@ -106,12 +108,12 @@ class SamplingFields(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
@@ -119,6 +121,12 @@ class ChatCompletionRequest(SamplingFields):
     # chat_template_kwargs, or the shorter top-level form.
     enable_thinking: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_sizes(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        check_tool_sizes(value)
+        return value
 
     @property
     def thinking_toggle(self) -> bool | None:

@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from mlx_server.api.request_guard import host_name
 from mlx_server.config import MLXServerSettings, use_settings
 from mlx_server.main import create_app
+from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOL_BYTES
 
 ALLOWED = "https://app.example"
 MB = 1024 * 1024
@@ -114,3 +115,19 @@ def test_a_100_mb_body_gets_413_within_a_second_and_memory_stays_flat(
     assert response.startswith(b"HTTP/1.1 413"), response[:200]
     assert elapsed < 1.0, elapsed
     assert after < before * 1.10, (before, after)
+
+
+def test_too_many_messages_or_tools_or_a_huge_tool_is_a_clear_400(server: TestClient) -> None:
+    one = {"role": "user", "content": "hi"}
+    many = server.post("/v1/chat/completions", json={"model": "x", "messages": [one] * (MAX_MESSAGES + 1)})
+    assert many.status_code == 400
+    assert many.json()["error"]["param"] == "messages"
+    assert f"at most {MAX_MESSAGES}" in many.json()["error"]["message"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    tools = server.post("/v1/chat/completions", json={"model": "x", "messages": [one], "tools": [tool] * 513})
+    assert tools.status_code == 400 and tools.json()["error"]["param"] == "tools"
+    huge = {"name": "f", "description": "d" * MAX_TOOL_BYTES, "input_schema": {"type": "object"}}
+    body = {"model": "x", "max_tokens": 5, "messages": [one], "tools": [huge]}
+    anthropic = server.post("/v1/messages", json=body)
+    assert anthropic.status_code == 400 and anthropic.json()["type"] == "error"
+    assert "tool 0 is" in anthropic.json()["error"]["message"]
