@@ -94,6 +94,7 @@ class HubRepo:
     gated: bool = False
     parameters: dict[str, int] | None = None  # safetensors dtype counts for the listing
     config: dict[str, Any] | None = None
+    pipeline_tag: str = "text-generation"
 
     @property
     def commit(self) -> str:
@@ -113,7 +114,7 @@ class HubRepo:
             "gated": "auto" if self.gated else False,
             "private": False,
             "library_name": "mlx",
-            "pipeline_tag": "text-generation",
+            "pipeline_tag": self.pipeline_tag,
             "sha": self.commit,
             "usedStorage": sum(f.size for f in self.files),
         }
@@ -225,6 +226,8 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             if author := query.get("author", [""])[0]:
                 repos = [r for r in repos if r.repo_id.startswith(f"{author}/")]
             repos = [r for r in repos if all(tag in r.tags for tag in query.get("filter", []))]
+            if pipeline_tag := query.get("pipeline_tag", [""])[0]:
+                repos = [r for r in repos if r.pipeline_tag == pipeline_tag]
             sort = query.get("sort", [""])[0]
             if sort:
                 repos.sort(key=lambda r: r.summary([]).get(sort) or 0, reverse=True)

@@ -16,7 +16,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mlx_manager.deps import SessionDep
 from mlx_manager.services.downloads import get_download_manager
-from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort, search_results
+from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort, SearchType, search_results
 from mlx_manager.services.local_models import delete_model, disk_usage, local_model, local_models
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs
 from mlx_manager.web.templating import render, templates, wants_fragment
@@ -89,9 +89,15 @@ def models_page(
     q: Annotated[str | None, Query(max_length=200)] = None,
     sort: SearchSort = "downloads",
     author: Annotated[str, Query(max_length=96)] = DEFAULT_AUTHOR,
+    model_type: SearchType = "",
 ) -> HTMLResponse:
     """The page; with `q` (the search form without JavaScript) it includes the hub results."""
-    hub = search_results(session, query=q, sort=sort, author=author)[0] if q is not None else None
+    found = (
+        search_results(session, query=q, sort=sort, author=author, model_type=model_type)
+        if q is not None
+        else None
+    )
+    hub = found[0] if found else None
     return _page(request, session, hub=hub)
 
 

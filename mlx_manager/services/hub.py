@@ -34,6 +34,13 @@ DEFAULT_AUTHOR = "mlx-community"
 DEFAULT_CONTEXT_TOKENS = 4096
 SEARCH_LIMIT = 30
 SearchSort = Literal["downloads", "likes", "recent"]
+# The model type filter, as the hub's pipeline tags: embedding models carry either of two.
+SearchType = Literal["", "text-gen", "embeddings"]
+PIPELINE_TAGS: dict[SearchType, tuple[str | None, ...]] = {
+    "": (None,),
+    "text-gen": ("text-generation",),
+    "embeddings": ("feature-extraction", "sentence-similarity"),
+}
 SORTS: dict[SearchSort, ModelSort_T] = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
 SEARCH_EXPAND: list[ExpandModelProperty_T] = [
     "downloads",
@@ -203,19 +210,28 @@ def search_models(
     query: str,
     author: str = DEFAULT_AUTHOR,
     sort: SearchSort = "downloads",
+    model_type: SearchType = "",
     budget_bytes: int,
     limit: int = SEARCH_LIMIT,
 ) -> list[HubModel]:
-    """Models on the hub matching `query` (by `author` unless empty), best first by `sort`."""
+    """Models on the hub matching `query` (by `author` unless empty) and of `model_type` (any
+    when empty), best first by `sort`."""
     try:
-        infos = config.api().list_models(
-            search=query.strip() or None,
-            author=author.strip() or None,
-            sort=SORTS[sort],
-            limit=limit,
-            expand=SEARCH_EXPAND,
-        )
-        return [_result(info, budget_bytes) for info in infos]
+        found: dict[str, HubModel] = {}
+        for tag in PIPELINE_TAGS[model_type]:  # one listing per pipeline tag, merged
+            infos = config.api().list_models(
+                search=query.strip() or None,
+                author=author.strip() or None,
+                pipeline_tag=tag,
+                sort=SORTS[sort],
+                limit=limit,
+                expand=SEARCH_EXPAND,
+            )
+            found.update((info.id, _result(info, budget_bytes)) for info in infos if info.id not in found)
+        results = list(found.values())
+        if len(PIPELINE_TAGS[model_type]) > 1:
+            results.sort(key=lambda m: _sort_key(m, sort), reverse=True)
+        return results[:limit]
     except Exception as exc:
         error = hub_error(exc, config.endpoint)
         if error is None:
@@ -223,17 +239,26 @@ def search_models(
         raise error from exc
 
 
+def _sort_key(model: HubModel, sort: SearchSort) -> float:
+    if sort == "recent":
+        return model.last_modified.timestamp() if model.last_modified else 0.0
+    return float(model.likes if sort == "likes" else model.downloads)
+
+
 def search_results(
-    session: Session, *, query: str, sort: SearchSort, author: str
+    session: Session, *, query: str, sort: SearchSort, author: str, model_type: SearchType = ""
 ) -> tuple[dict[str, Any], int]:
     """What the hub results show (partials/hub_results.html), and the status code: the hub's
     failure is 502 (or its status) with the reason."""
     budget = memory_budget_bytes()
     context: dict[str, Any] = {"query": query, "sort": sort, "author": author, "budget_bytes": budget}
+    context["model_type"] = model_type
     context["context_tokens"] = DEFAULT_CONTEXT_TOKENS
     try:
         config = load_hub_config(session)
-        context["results"] = search_models(config, query=query, author=author, sort=sort, budget_bytes=budget)
+        context["results"] = search_models(
+            config, query=query, author=author, sort=sort, model_type=model_type, budget_bytes=budget
+        )
     except HubError as exc:
         context["error"] = exc.message
         return context, exc.status_code

@@ -1,0 +1,55 @@
+"""Hub search filtered by model type, through the hub's pipeline tags (local hub server)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from mlx_manager.services.hub import HubConfig, search_models
+from tests.conftest import CONFIG_ONLY, SMOLLM_REPO
+from tests.hub_server import HubRepo, HubServer
+
+GIB = 1024**3
+MINILM, BGE = "mlx-community/all-MiniLM-L6-v2-bf16", "mlx-community/bge-small-en-v1.5-bf16"
+
+
+@pytest.fixture
+def typed_hub(hub: HubServer) -> HubServer:
+    """The hub with two embedding models, one under each pipeline tag embedding models carry."""
+    for repo_id, tag, downloads, likes in (
+        (MINILM, "sentence-similarity", 700, 50),
+        (BGE, "feature-extraction", 800, 5),
+    ):
+        hub.repos[repo_id] = HubRepo(
+            repo_id, [CONFIG_ONLY], downloads=downloads, likes=likes, pipeline_tag=tag, tags=["mlx", tag]
+        )
+    return hub
+
+
+def _ids(hub: HubServer, tmp_path: Path, **kwargs: object) -> list[str]:
+    config = HubConfig(endpoint=hub.url, token=None, cache_dir=tmp_path / "cache")
+    return [m.repo_id for m in search_models(config, query="", budget_bytes=GIB, **kwargs)]
+
+
+def test_embeddings_merge_both_pipeline_tags_in_the_chosen_order(
+    typed_hub: HubServer, tmp_path: Path
+) -> None:
+    assert _ids(typed_hub, tmp_path, model_type="embeddings") == [BGE, MINILM]
+    assert _ids(typed_hub, tmp_path, model_type="embeddings", sort="likes") == [MINILM, BGE]
+    text = _ids(typed_hub, tmp_path, model_type="text-gen")
+    assert SMOLLM_REPO in text and MINILM not in text and BGE not in text
+    assert {MINILM, BGE, SMOLLM_REPO} <= set(_ids(typed_hub, tmp_path))
+
+
+def test_the_search_form_offers_the_type_and_the_results_follow_it(
+    hub_cache: Path, typed_hub: HubServer, client: TestClient
+) -> None:
+    page = client.get("/hub/search", params={"model_type": "embeddings"})
+    assert re.findall(r'data-repo-id="([^"]+)"', page.text) == [BGE, MINILM]
+    form = client.get("/models", params={"q": "", "model_type": "embeddings"}).text
+    assert '<option value="embeddings" selected>Embeddings</option>' in form
+    assert re.findall(r'data-repo-id="([^"]+)"', form) == [BGE, MINILM]
+    assert client.get("/hub/search", params={"model_type": "audio"}).status_code == 422
