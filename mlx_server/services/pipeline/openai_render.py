@@ -25,10 +25,16 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(figures: Usage | None) -> dict[str, int]:
+def usage(figures: Usage | None) -> dict[str, Any]:
     prompt = figures.prompt_tokens if figures else 0
     completion = figures.completion_tokens if figures else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        # The prompt tokens the prefix cache already held (OpenAI's name for it).
+        "prompt_tokens_details": {"cached_tokens": figures.cached_prompt_tokens if figures else 0},
+    }
 
 
 def _token_entry(token: str, logprob: float) -> dict[str, Any]:

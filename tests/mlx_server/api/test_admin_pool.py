@@ -16,7 +16,9 @@ def test_load_pin_unload_through_the_admin_api(inference_server: ServerProcess) 
 
     pool = admin.get("/pool").json()
     assert [m["id"] for m in pool["models"]] == [DEFAULT_MODEL_ID]
-    assert pool["used_bytes"] == loaded["size_bytes"] <= pool["budget_bytes"]
+    # Weights plus the prefix cache of earlier requests in this session's server.
+    assert pool["used_bytes"] == loaded["size_bytes"] + pool["prompt_cache_bytes"] <= pool["budget_bytes"]
+    assert pool["prompt_cache_bytes"] == pool["models"][0]["prompt_cache"]["bytes"]
     assert pool["mlx_active_memory_bytes"] >= loaded["size_bytes"] * 0.9
 
     assert admin.post(f"/models/{DEFAULT_MODEL_ID}/unpin").json()["pinned"] is False
