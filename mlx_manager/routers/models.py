@@ -173,8 +173,11 @@ def confirm_delete(request: Request, session: SessionDep, model_id: str) -> HTML
 
 
 @router.get("/{model_id:path}/probe/events")
-async def probe_events(request: Request, model_id: str) -> EventSourceResponse:
+async def probe_events(request: Request, session: SessionDep, model_id: str) -> Response:
     """The probe panel, re-rendered on every step; a `done` event when the probe ends."""
+    if get_model(session, model_id) is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    session.close()  # the stream may last minutes: hold no read transaction meanwhile
     job = get_probe_jobs().get(model_id)
 
     def panel(current: ProbeJob | None) -> str:

@@ -11,8 +11,9 @@ from sqlmodel import Session
 
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
-from mlx_server.errors import APIError
+from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.pool import get_model_pool
+from mlx_server.models.store import get_model
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
 from mlx_server.utils.memory import (
     GB,
@@ -47,12 +48,21 @@ async def load_model(model_id: str, *, pin: bool) -> dict[str, Any]:
     return _entry(model_id)
 
 
+def _registered(model_id: str) -> None:
+    """404 for an id no model has (a typo, a made-up path), rather than 409 "not loaded"."""
+    with Session(get_engine()) as session:
+        if get_model(session, model_id) is None:
+            raise ModelNotFoundError(model_id)
+
+
 def set_pinned(model_id: str, pinned: bool) -> dict[str, Any]:
+    _registered(model_id)
     get_model_pool().set_pinned(model_id, pinned)
     return _entry(model_id)
 
 
 async def unload_model(model_id: str) -> dict[str, Any]:
+    _registered(model_id)
     await get_model_pool().unload(model_id)
     return {"id": model_id, "unloaded": True}
 

@@ -1,7 +1,8 @@
-"""Attacks a web page in the user's browser could make on the local server, each refused.
+"""Attacks on the local server, each refused: what a web page in the user's browser could send
+(cross-site requests, DNS rebinding, CORS), path traversal in model ids, importing a non-GGUF.
 
-The routes come from the app's route table (the mounted /v1 app's too), so a new
-state-changing route is covered without touching this file.
+The routes come from the app's route table (the mounted /v1 app's too), so a new route that
+changes state or takes a model id is covered without touching this file.
 """
 
 from __future__ import annotations
@@ -36,15 +37,23 @@ ATTACKS: dict[str, dict[str, str]] = {
 PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
 
 
-def state_changing_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
-    """(method, path) of every route that can change state, mounted apps included."""
+def app_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(method, path template) of every route, mounted apps included."""
     for route in iter_route_contexts(routes):
         if isinstance(route.original_route, Mount):
-            yield from state_changing_routes(route.original_route.routes, prefix + (route.path or ""))
+            yield from app_routes(route.original_route.routes, prefix + (route.path or ""))
         elif route.path is not None and route.methods:
-            for method in sorted(route.methods & UNSAFE):
-                path = PARAM.sub(lambda m: "smol" if m.group(1) == "model_id" else "1", route.path)
-                yield method, prefix + path
+            for method in sorted(route.methods - {"HEAD"}):
+                yield method, prefix + route.path
+
+
+def fill(path: str, model_id: str = "smol") -> str:
+    return PARAM.sub(lambda m: model_id if m.group(1) == "model_id" else "1", path)
+
+
+def state_changing_routes(routes: list[Any]) -> Iterator[tuple[str, str]]:
+    """(method, path) of every route that can change state, its parameters filled in."""
+    return ((method, fill(path)) for method, path in app_routes(routes) if method in UNSAFE)
 
 
 def snapshot(home: Path) -> dict[str, Any]:
@@ -129,3 +138,41 @@ def test_cors_preflight_from_a_foreign_origin_gets_no_allow_headers(client: Test
     assert not [h for h in response.headers if h.startswith("access-control-")]
     page = client.options("/settings/hub", headers=preflight)
     assert not [h for h in page.headers if h.startswith("access-control-")]
+
+
+TRAVERSALS = ["../../outside", "..%2F..%2Foutside", "%2e%2e/%2e%2e/outside", "smol/../../../outside", "/etc"]
+
+
+def test_path_traversal_in_model_ids_is_refused_and_touches_nothing(
+    seeded: TestClient, home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"  # home/models/../../outside
+    outside.mkdir()
+    (outside / "config.json").write_text("{}")
+    before = snapshot(home)
+    model_routes = [(m, p) for m, p in app_routes(seeded.app.routes) if "{model_id" in p]
+    assert len(model_routes) >= 12
+    answered = []
+    for method, path in model_routes:
+        for model_id in TRAVERSALS:
+            kwargs: dict[str, Any] = {"json": {}} if path.startswith("/v1") and method == "POST" else {}
+            response = seeded.request(method, fill(path, model_id), **kwargs)
+            answered.append((method, path, model_id, response.status_code))
+    for body_route in ("/v1/chat/completions", "/v1/messages", "/v1/embeddings", "/v1/completions"):
+        body = {"model": "../../outside", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+        response = seeded.post(body_route, json={**body, "input": "x", "prompt": "x"})
+        answered.append(("POST", body_route, "../../outside", response.status_code))
+    refused = [a for a in answered if a[3] not in (400, 404)]
+    assert not refused, "\n".join(map(str, refused))
+    assert (outside / "config.json").read_text() == "{}"
+    assert snapshot(home) == before
+
+
+def test_importing_etc_passwd_as_gguf_is_a_clear_error_and_creates_nothing(
+    seeded: TestClient, home: Path
+) -> None:
+    before = snapshot(home)
+    response = seeded.post("/models/import", data={"path": "/etc/passwd", "model_id": "passwd"})
+    assert "not a GGUF file" in response.text or "GGUF" in response.text, response.text[:500]
+    assert "Imported" not in response.text
+    assert snapshot(home) == before
