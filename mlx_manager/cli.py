@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -12,18 +13,27 @@ import uvicorn
 from sqlmodel import Session
 
 from mlx_manager.config import get_manager_settings
+from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
 from mlx_server.facade import (
     APIError,
+    ApiKeyError,
+    ApiKeyScope,
     GGUFImportError,
     ModelNotFoundError,
     ModelStoreError,
     ProbeStep,
+    bind_refusal,
+    create_api_key,
     ensure_default_models,
     get_engine,
     get_server_settings,
     import_gguf,
+    key_state,
+    keys_exist,
+    list_api_keys,
     list_models,
     probe_model,
+    revoke_api_key,
     upgrade_database,
     use_server_settings,
 )
@@ -36,8 +46,12 @@ app = typer.Typer(
 )
 models_cli = typer.Typer(no_args_is_help=True, help="List and import models.")
 db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+keys_cli = typer.Typer(no_args_is_help=True, help="API keys for /v1.")
+admin_cli = typer.Typer(no_args_is_help=True, help="The dashboard's admin account.")
 app.add_typer(models_cli, name="models")
 app.add_typer(db_cli, name="db")
+app.add_typer(keys_cli, name="keys")
+app.add_typer(admin_cli, name="admin")
 
 log = logging.getLogger("mlx_manager")
 
@@ -77,6 +91,12 @@ def serve(
     # The pages read the bind address (the Settings page warns when it is not loopback).
     settings = get_manager_settings().model_copy(update={k: v for k, v in flags.items() if v})
     with _migrated_session() as session:
+        refusal = bind_refusal(
+            settings.host, has_key=keys_exist(session), has_password=password_is_set(session)
+        )
+        if refusal:
+            typer.secho(f"error: {refusal}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2)
         if settings.import_default_model and not no_default_model:
             try:
                 imported = ensure_default_models(session, get_server_settings().models_dir)
@@ -153,3 +173,78 @@ def db_upgrade() -> None:
     """Apply pending migrations to the database."""
     revision = _migrate()
     typer.echo(f"database {get_server_settings().database_path} is at revision {revision}")
+
+
+@keys_cli.command("create")
+def keys_create(
+    name: Annotated[str, typer.Argument(help="A name to tell the key apart (shown in the audit log).")],
+    scope: Annotated[
+        ApiKeyScope, typer.Option(help="admin: every /v1 route; inference: all but /v1/admin.")
+    ] = (ApiKeyScope.INFERENCE),
+    expires_in_days: Annotated[float | None, typer.Option(help="Expire after this many days.")] = None,
+    requests_per_minute: Annotated[
+        int | None, typer.Option(help="At most this many requests a minute.")
+    ] = None,
+    tokens_per_day: Annotated[int | None, typer.Option(help="At most this many tokens a UTC day.")] = None,
+) -> None:
+    """Create a key and print it: it is stored hashed and cannot be shown again."""
+    with _migrated_session() as session:
+        try:
+            created = create_api_key(
+                session,
+                name=name,
+                scope=scope,
+                expires_in_days=expires_in_days,
+                requests_per_minute=requests_per_minute,
+                tokens_per_day=tokens_per_day,
+            )
+        except ApiKeyError as exc:
+            raise _fail(str(exc)) from exc
+    typer.echo(
+        f"created {created.record.scope} key {created.record.name!r}; copy it now, it is shown only once:"
+    )
+    typer.echo(created.secret)
+
+
+@keys_cli.command("list")
+def keys_list() -> None:
+    """Keys, one per line: name, prefix, scope, state, expiry, limits (never the key)."""
+    with _migrated_session() as session:
+        keys = list_api_keys(session)
+        rows = [(key, key_state(key)) for key in keys]
+    if not rows:
+        typer.echo("no keys; `mlx-manager keys create NAME` makes one")
+    for key, state in rows:
+        expires = f"{key.expires_at:%Y-%m-%d %H:%M}" if key.expires_at else "never"
+        limits = f"{key.requests_per_minute or '-'}/min {key.tokens_per_day or '-'} tokens/day"
+        typer.echo(f"{key.name}\t{key.prefix}...\t{key.scope}\t{state}\texpires {expires}\t{limits}")
+
+
+@keys_cli.command("revoke")
+def keys_revoke(name: Annotated[str, typer.Argument(help="The key's name (`keys list`).")]) -> None:
+    """Revoke a key: requests with it get 401 from now on."""
+    with _migrated_session() as session:
+        try:
+            key = revoke_api_key(session, name)
+        except ApiKeyError as exc:
+            raise _fail(str(exc)) from exc
+    typer.echo(f"revoked {key.name!r} ({key.prefix}...)")
+
+
+@admin_cli.command("set-password")
+def admin_set_password(
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from the first line of stdin.")
+    ] = False,
+) -> None:
+    """Set the dashboard's admin password (ends every dashboard session)."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = typer.prompt("New admin password", hide_input=True, confirmation_prompt=True)
+    with _migrated_session() as session:
+        try:
+            set_password(session, password)
+        except PasswordRefused as exc:
+            raise _fail(str(exc)) from exc
+    typer.echo("admin password set; dashboard sessions from before have ended")

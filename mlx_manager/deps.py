@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from sqlmodel import Session
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
@@ -12,3 +13,19 @@ from mlx_server.facade import get_session
 
 SessionDep = Annotated[Session, Depends(get_session)]
 ManagerSettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
+
+
+@dataclass(frozen=True)
+class Page:
+    """What a page's routes work with: the request, a session and the manager's settings."""
+
+    request: Request
+    session: Session
+    settings: ManagerSettings
+
+
+def _page(request: Request, session: SessionDep, settings: ManagerSettingsDep) -> Page:
+    return Page(request, session, settings)
+
+
+PageDep = Annotated[Page, Depends(_page)]

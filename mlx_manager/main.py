@@ -11,12 +11,25 @@ from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
-from mlx_manager.routers import audit, chat, chat_stream, downloads, embeddings, hub, models, pages, server
+from mlx_manager.routers import (
+    audit,
+    chat,
+    chat_stream,
+    downloads,
+    embeddings,
+    hub,
+    keys,
+    login,
+    models,
+    pages,
+    server,
+)
 from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
+from mlx_manager.web.login import LoginMiddleware
 from mlx_manager.web.templating import STATIC_DIR
 from mlx_server.facade import (
     GuardPolicy,
@@ -51,13 +64,15 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
     page_routers = [
-        m.router for m in (pages, models, server, chat, chat_stream, embeddings, audit, hub, downloads)
+        m.router
+        for m in (pages, models, server, chat, chat_stream, embeddings, audit, hub, downloads, keys, login)
     ]
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.mount("/v1", create_server_app(embedded=True, host_names=(settings.host,)))
     app.add_middleware(CSRFMiddleware)
+    app.add_middleware(LoginMiddleware)  # outside CSRF: no session, no form handling at all
     # Host allow-list and body limits for the pages; /v1 guards itself (errors in its protocols').
     policy = GuardPolicy.from_settings(settings.server_settings(), (settings.host,))
     app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1",))

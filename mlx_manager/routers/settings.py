@@ -8,16 +8,13 @@ gets the section again; a refused form is 400 with the section showing the messa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Form, Request, status
+from fastapi import APIRouter, Form, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from sqlmodel import Session
 
-from mlx_manager.config import ManagerSettings
-from mlx_manager.deps import ManagerSettingsDep, SessionDep
+from mlx_manager.deps import Page, PageDep
 from mlx_manager.services import settings_forms as forms
 from mlx_manager.services.forms import FormError
 from mlx_manager.web.templating import render, wants_fragment
@@ -34,22 +31,6 @@ PARTIALS = {
     "hub": "partials/settings_hub.html",
     "generation": "partials/settings_generation.html",
 }
-
-
-@dataclass(frozen=True)
-class Page:
-    """What every Settings route works with: the request, a session and the manager's settings."""
-
-    request: Request
-    session: Session
-    settings: ManagerSettings
-
-
-def _page(request: Request, session: SessionDep, settings: ManagerSettingsDep) -> Page:
-    return Page(request, session, settings)
-
-
-PageDep = Annotated[Page, Depends(_page)]
 
 
 def _context(page: Page) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from mlx_manager.config import is_loopback, reset_manager_settings
+from mlx_manager.services.admin_account import SESSION_COOKIE, new_session_cookie, set_password
 from mlx_manager.services.settings_store import (
     AUTO_PROBE,
     CHAT_DEFAULTS,
@@ -327,7 +328,10 @@ def bound_to(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[
     def settings_page(host: str) -> str:
         monkeypatch.setenv("MLX_MANAGER_HOST", host)
         reset_manager_settings()
-        with TestClient(create_app()) as client:
+        with TestClient(create_app()) as client, Session(get_engine()) as session:
+            # Off loopback the dashboard needs a login.
+            set_password(session, "a long enough password")
+            client.cookies.set(SESSION_COOKIE, new_session_cookie(session, 60))
             return client.get("/settings").text
 
     yield settings_page
@@ -336,8 +340,9 @@ def bound_to(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20"])
 def test_bind_warning_when_not_on_loopback(bound_to: Callable[[str], str], host: str) -> None:
     html = bound_to(host)
-    assert 'data-testid="bind-warning"' in html and "Anyone on the network can use this server" in html
-    assert "neither has\n  authentication" in html and f"<code>{host}</code>" in html
+    assert 'data-testid="bind-warning"' in html and "Other machines can reach this server" in html
+    assert "the admin password and every <code>/v1</code> request needs an API key" in html
+    assert f"<code>{host}</code>" in html
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
