@@ -20,6 +20,7 @@ from mlx_manager.services.conversations import (
     messages_of,
     pending_tool_calls,
 )
+from mlx_manager.services.embeddings_panel import embedding_models
 from mlx_manager.services.presets import list_presets
 from mlx_manager.web.templating import render, wants_fragment
 from mlx_server.facade import ModelRecord, list_models, read_chat_template
@@ -27,7 +28,8 @@ from mlx_server.facade import ModelRecord, list_models, read_chat_template
 
 def page_context(session: Session, conversation: Conversation | None) -> dict[str, Any]:
     """Everything chat.html needs; without a conversation, the composer of a new one."""
-    models = list_models(session)
+    embedding = set(embedding_models(session))  # served by the Embeddings panel, not chat
+    models = [m for m in list_models(session) if m.id not in embedding]
     shown = conversation or fresh_conversation(session, [m.id for m in models])
     return {
         "conversations": list_conversations(session),

@@ -76,3 +76,8 @@ def test_deleting_a_bundled_model_removes_its_copy_from_the_models_directory(pag
     deleted = page.post("/models/mini/delete")
     assert "Deleted mini and its files" in deleted.text
     assert not Path(record.path).exists()
+
+
+def test_chat_offers_only_the_models_it_can_chat_with(panel: TestClient) -> None:
+    options = re.findall(r'<option value="([^"]+)"', panel.get("/chat").text)
+    assert "smol" in options and "minilm" not in options
