@@ -174,11 +174,12 @@ def test_detail_page_shows_every_field(client: TestClient) -> None:
         completion_tokens=7,
         error="Generation failed: <oops>",
         parameters={"temperature": 0.2, "max_tokens": 64, "stop": ["END"]},
+        key_name="ci bot",
     )
     page = client.get(f"/audit/{row.id}")
     assert page.status_code == 200 and "<html" in page.text
     text = re.sub(r"<[^>]+>", " ", page.text)
-    for shown in ("abc123", "alpha", "500", "anthropic", "yes", "1234.5 ms", "87.2 ms", "42", "7"):
+    for shown in ("abc123", "alpha", "500", "anthropic", "ci bot", "yes", "1234.5 ms", "87.2 ms", "42", "7"):
         assert shown in text
     assert "Generation failed: &lt;oops&gt;" in page.text
     for name, value in (("max_tokens", "64"), ("stop", '["END"]'), ("temperature", "0.2")):
@@ -200,7 +201,7 @@ def test_unknown_entry_is_a_404_page(client: TestClient) -> None:
 def test_csv_export_streams_the_filtered_rows_with_a_header(client: TestClient) -> None:
     add_audit_rows(EXPORT_BATCH + 20, model="m", parameters={"seed": 1})
     add_audit_row(model="other")
-    add_audit_row(model="m", error="=HYPERLINK('http://x')")  # a spreadsheet must not run it
+    add_audit_row(model="m", error="=HYPERLINK('http://x')", key_name="ci")  # a spreadsheet must not run it
     with client.stream("GET", "/audit/export.csv", params={"model": "m"}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"] == "text/csv; charset=utf-8"
@@ -212,6 +213,7 @@ def test_csv_export_streams_the_filtered_rows_with_a_header(client: TestClient) 
     rows = list(csv.DictReader(io.StringIO("".join(chunks))))
     assert len(rows) == EXPORT_BATCH + 21 and {r["model"] for r in rows} == {"m"}
     assert rows[0]["error"] == "'=HYPERLINK('http://x')"
+    assert rows[0]["key_name"] == "ci" and rows[1]["key_name"] == ""
     assert json.loads(rows[1]["parameters"]) == {"seed": 1}
     assert [int(r["id"]) for r in rows] == sorted((int(r["id"]) for r in rows), reverse=True)
 
