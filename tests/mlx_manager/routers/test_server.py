@@ -47,6 +47,7 @@ def test_pool_table_indicator_and_unload_all(page: TestClient) -> None:
     page.post("/models/smol/load", headers={"HX-Request": "true"})
     html = page.get("/server").text
     assert 'class="pool-row" data-model-id="smol"' in html
+    assert 'data-testid="prompt-cache">0 entries, 0 B of 512.0 MiB' in html  # nothing generated yet
     indicator = page.get("/server/indicator").text
     assert "1 loaded" in indicator
     done = page.post("/server/unload-all", headers={"HX-Request": "true"})

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import mlx.core as mx
@@ -13,25 +12,11 @@ from sqlmodel import Session
 
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.errors import APIError
-from mlx_server.models.pool import ModelPoolManager, get_model_pool, reset_model_pool
-from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
+from mlx_server.models.pool import ModelPoolManager, get_model_pool
+from mlx_server.records import ModelCapabilities
 from mlx_server.utils.memory import process_rss_bytes
-from mlx_server.utils.metal import reset_metal_thread
 
 MB = 1024**2
-
-
-@pytest.fixture
-def two_models(home: Path, smollm_dir: Path) -> Iterator[tuple[str, str]]:
-    """Two registered models (the same converted files under two ids)."""
-    upgrade_database()
-    with Session(get_engine()) as session:
-        for model_id in ("smol-a", "smol-b"):
-            session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=str(smollm_dir)))
-        session.commit()
-    yield ("smol-a", "smol-b")
-    reset_model_pool()
-    reset_metal_thread()
 
 
 def _size(smollm_dir: Path) -> int:

@@ -7,21 +7,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
-from sqlmodel import Session
 
-from mlx_server.database import get_engine, upgrade_database
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.models.pool import ModelPoolManager, reset_model_pool
+from mlx_server.models.pool import ModelPoolManager
 from mlx_server.models.prompt_cache import MiB, PromptCache
-from mlx_server.records import ModelRecord, ModelSource
-from mlx_server.utils.metal import reset_metal_thread, run_on_metal_thread
+from mlx_server.utils.metal import run_on_metal_thread
 
 TOKENS = 6
 
@@ -133,18 +128,6 @@ def test_the_cache_never_holds_more_than_its_budget(smollm: tuple[Any, Any]) -> 
     assert (cache.nbytes, cache.entries) == (0, 0)
 
 
-@pytest.fixture
-def pool_models(home: Path, smollm_dir: Path) -> Iterator[tuple[str, str]]:
-    upgrade_database()
-    with Session(get_engine()) as session:
-        for model_id in ("smol-a", "smol-b"):
-            session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=str(smollm_dir)))
-        session.commit()
-    yield ("smol-a", "smol-b")
-    reset_model_pool()
-    reset_metal_thread()
-
-
 async def _fill(pool: ModelPoolManager, model_id: str, tokenizer: Any, count: int) -> LoadedModel:
     """`count` entries in the model's cache, one per distinct system prompt."""
     async with pool.lease(model_id) as loaded:
@@ -155,9 +138,9 @@ async def _fill(pool: ModelPoolManager, model_id: str, tokenizer: Any, count: in
 
 
 def test_the_pool_counts_sheds_and_frees_the_cache(
-    pool_models: tuple[str, str], smollm: tuple[Any, Any]
+    two_models: tuple[str, str], smollm: tuple[Any, Any]
 ) -> None:
-    a, b = pool_models
+    a, b = two_models
     tokenizer = smollm[1]
 
     async def main() -> None:
