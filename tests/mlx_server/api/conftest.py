@@ -49,8 +49,8 @@ def claude(inference_server: ServerProcess) -> anthropic.Anthropic:
 
 
 @pytest.fixture
-def smol_sdk(home: Path, smollm_dir: Path) -> Iterator[openai.OpenAI]:
-    """The openai SDK on the app in this process, with SmolLM2 registered as "smol"."""
+def smol_app(home: Path, smollm_dir: Path) -> Iterator[TestClient]:
+    """The app in this process, with SmolLM2 registered as "smol"."""
     from mlx_manager.main import create_app
 
     upgrade_database()
@@ -58,4 +58,10 @@ def smol_sdk(home: Path, smollm_dir: Path) -> Iterator[openai.OpenAI]:
         session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
         session.commit()
     with TestClient(create_app()) as client:
-        yield openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=client, max_retries=0)
+        yield client
+
+
+@pytest.fixture
+def smol_sdk(smol_app: TestClient) -> openai.OpenAI:
+    """The openai SDK on `smol_app`."""
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=smol_app, max_retries=0)

@@ -18,6 +18,7 @@ from mlx_manager.config import ManagerSettings
 from mlx_manager.main import create_app
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine, upgrade_database
+from mlx_server.main import create_app as create_server_app
 from mlx_server.records import ApiKey, ApiKeyScope, AuditLog, utcnow
 from mlx_server.services.operations.api_keys import NewApiKey, create_api_key, revoke_api_key
 from mlx_server.services.operations.audit import audit_service
@@ -190,6 +191,44 @@ def test_keys_are_stored_only_as_hashes(app_client: TestClient) -> None:
     for path in (database, Path(f"{database}-wal")):
         if path.exists():
             assert key.secret.encode() not in path.read_bytes()
+
+
+def test_the_standalone_server_enforces_the_keys_of_the_shared_database(home: Path) -> None:
+    upgrade_database()
+    key = new_key(scope=ApiKeyScope.ADMIN)
+    with TestClient(create_server_app()) as client:
+        assert client.get("/v1/models").status_code == 401
+        assert client.get("/v1/admin/pool", headers={"x-api-key": key.secret}).status_code == 200
+
+
+def test_refusals_are_audited_with_the_key_name_when_the_key_is_known(app_client: TestClient) -> None:
+    secret = _revoked()
+    for sent in (secret, "mlx-unknown"):
+        with pytest.raises(openai.AuthenticationError):
+            list_models(app_client, sent)
+    assert audit_service.flush()
+    with Session(get_engine()) as session:
+        rows = session.exec(select(AuditLog).order_by(AuditLog.id)).all()  # type: ignore[arg-type]
+    assert [(r.status, r.key_name) for r in rows] == [(401, "ci"), (401, None)]
+    assert all(secret not in (r.error or "") for r in rows)
+
+
+def test_tokens_of_a_real_generation_count_towards_the_day(smol_app: TestClient) -> None:
+    key = new_key(tokens_per_day=20)
+    sdk = oai(smol_app, key.secret)
+    reply = sdk.chat.completions.create(
+        model="smol", messages=[{"role": "user", "content": "Say hi."}], max_tokens=4
+    )
+    assert reply.usage is not None and reply.usage.total_tokens > 20  # the prompt alone is longer
+    assert audit_service.flush()
+    with pytest.raises(openai.RateLimitError) as refused:
+        sdk.chat.completions.create(
+            model="smol", messages=[{"role": "user", "content": "Again."}], max_tokens=4
+        )
+    assert (
+        f"has used {reply.usage.total_tokens} of its 20 tokens"
+        in refused.value.response.json()["error"]["message"]
+    )
 
 
 def test_a_bind_off_loopback_needs_a_key_even_with_none_created(home: Path) -> None:
