@@ -215,5 +215,10 @@ def environment_rows(settings: ManagerSettings) -> list[tuple[str, str, str]]:
         ("MLX_MANAGER_HOME", str(settings.home), "Database file and imported models"),
         ("MLX_MANAGER_HOST", settings.host, "Dashboard and API bind address"),
         ("MLX_MANAGER_PORT", str(settings.port), "Dashboard and API port"),
+        (
+            "MLX_MANAGER_REQUIRE_LOGIN",
+            "true" if settings.require_login else "false",
+            "Ask for the admin password on loopback too (always asked on other binds)",
+        ),
         ("Database", str(get_server_settings().database_path), "SQLite file (in the home)"),
     ]

@@ -75,7 +75,10 @@ def test_posts_without_the_csrf_token_are_refused(client: TestClient) -> None:
 
 def test_environment_section_shows_home_host_port_and_database(page: TestClient, home: Path) -> None:
     html = page.get("/settings").text
-    for text in ("MLX_MANAGER_HOME", str(home), "MLX_MANAGER_HOST", "127.0.0.1", "MLX_MANAGER_PORT", "8080"):
+    for text in (
+        *("MLX_MANAGER_HOME", str(home), "MLX_MANAGER_HOST", "127.0.0.1", "MLX_MANAGER_PORT", "8080"),
+        *("MLX_MANAGER_REQUIRE_LOGIN", "<code>false</code>"),
+    ):
         assert text in html
     assert str(home / "mlx-manager.db") in html
 
