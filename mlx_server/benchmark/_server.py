@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,15 @@ class Run:
     decode_tps: float
     ttft_s: float
     shown_tps: float | None = None  # what the playground displays (its stats event)
+    text: str = ""  # the reply (stream_chat), for conversations that go on
 
 
-def stream_chat(url: str, messages: list[dict[str, Any]], max_tokens: int) -> Run:
+def stream_chat(
+    url: str, messages: list[dict[str, Any]], max_tokens: int, model: str = DEFAULT_MODEL_ID
+) -> Run:
     """A greedy streamed /v1/chat/completions, timed on the client (SSE parsing included)."""
     body = {
-        "model": DEFAULT_MODEL_ID,
+        "model": model,
         "messages": messages,
         "temperature": 0,
         "max_tokens": max_tokens,
@@ -43,6 +48,7 @@ def stream_chat(url: str, messages: list[dict[str, Any]], max_tokens: int) -> Ru
     started = time.perf_counter()
     first = last = 0.0
     tokens = 0
+    text: list[str] = []
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=600) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -54,7 +60,9 @@ def stream_chat(url: str, messages: list[dict[str, Any]], max_tokens: int) -> Ru
             elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 last = time.perf_counter()
                 first = first or last
-    return Run(tokens, (tokens - 1) / (last - first), first - started)
+                text.append(chunk["choices"][0]["delta"]["content"])
+    tps = (tokens - 1) / (last - first) if last > first else 0.0
+    return Run(tokens, tps, first - started, text="".join(text))
 
 
 def alternate(runs: int, **paths: Callable[[], Run]) -> dict[str, list[Run]]:
@@ -90,11 +98,25 @@ def running_server(home: Path) -> Iterator[str]:
     executable = Path(sys.executable).parent / "mlx-manager"
     env = {**os.environ, "MLX_MANAGER_HOME": str(home)}
     env.pop("MLX_SERVER_HOME", None)
-    log = home / "serve.log"
+    with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as url:
+        yield url
+
+
+@contextmanager
+def running_mlx_lm_server(model_dir: Path, log: Path) -> Iterator[str]:
+    """mlx-lm's own `mlx_lm.server` (this venv's) on `model_dir`, the reference; requests name
+    the model "default_model". Yields the base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir), "--port", str(port)]
+    with _serving(command, dict(os.environ), log, port) as url:
+        yield url
+
+
+@contextmanager
+def _serving(command: list[str], env: dict[str, str], log: Path, port: int) -> Iterator[str]:
+    """Run `command` until it answers GET /health on `port`; stop it on exit."""
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [str(executable), "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -113,6 +135,15 @@ def running_server(home: Path) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def run_line() -> str:
+    """The first line of a report: when, on what machine, with which versions."""
+    from importlib.metadata import version
+
+    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
+    versions = f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}, Python {platform.python_version()}"
+    return f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine}; {versions}."
 
 
 def publish(section: str, path: Path | None, title: str, start: str, end: str) -> None:

@@ -11,16 +11,21 @@ affects both; the median of each is reported.
 from __future__ import annotations
 
 import functools
-import os
-import platform
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlx_server.benchmark._server import Run, alternate, bench_arguments, publish, running_server, stream_chat
+from mlx_server.benchmark._server import (
+    Run,
+    alternate,
+    bench_arguments,
+    publish,
+    run_line,
+    running_server,
+    stream_chat,
+)
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
@@ -52,20 +57,13 @@ def _load(model_dir: Path) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _versions() -> str:
-    from importlib.metadata import version
-
-    return f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}, Python {platform.python_version()}"
-
-
 def report(raw: list[Run], served: list[Run], max_tokens: int) -> str:
     raw_tps = statistics.median(r.decode_tps for r in raw)
     server_tps = statistics.median(r.decode_tps for r in served)
     ratio = server_tps / raw_tps
-    machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
     verdict = "meets" if ratio >= 0.95 else "misses"
     lines = [
-        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine}; {_versions()}.",
+        run_line(),
         f"Model {DEFAULT_MODEL_ID} (GGUF Q4_1 imported), greedy, max_tokens {max_tokens}, "
         f"{len(raw)} runs each, medians.",
         "",
