@@ -3,6 +3,7 @@ tokens each request reused, and the admin pool shows the entries and their bytes
 
 from __future__ import annotations
 
+import anthropic
 import httpx
 import openai
 
@@ -63,3 +64,17 @@ def test_alternating_conversations_each_reuse_their_own_prefix(inference_server:
     cache = next(m for m in pool["models"] if m["id"] == DEFAULT_MODEL_ID)["prompt_cache"]
     assert cache["entries"] >= 2 and 0 < cache["bytes"] <= cache["max_bytes"]
     assert pool["prompt_cache_bytes"] >= cache["bytes"]
+
+
+def test_anthropic_usage_counts_the_cached_prefix(claude: anthropic.Anthropic) -> None:
+    def ask(question: str) -> int:
+        reply = claude.messages.create(
+            model=DEFAULT_MODEL_ID,
+            system=SYSTEMS["railway"],
+            messages=[{"role": "user", "content": question}],
+            max_tokens=4,
+        )
+        return reply.usage.cache_read_input_tokens or 0
+
+    ask("Is there a night train to Vienna?")
+    assert ask("Do I need a reservation to Milan?") >= 140  # the whole system turn (~145 tokens)
