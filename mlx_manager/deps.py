@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from sqlmodel import Session
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
@@ -13,6 +13,9 @@ from mlx_server.facade import get_session
 
 SessionDep = Annotated[Session, Depends(get_session)]
 ManagerSettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
+# SQLite integers are signed 64-bit: a larger id names no row (and would overflow the driver).
+SQLITE_MAX_INT = 2**63 - 1
+RowId = Annotated[int, Path(ge=0, le=SQLITE_MAX_INT)]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from sqlmodel import Session, col
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
-from mlx_manager.deps import SessionDep
+from mlx_manager.deps import RowId, SessionDep
 from mlx_manager.services.audit_filters import AuditPageQuery, parse_audit_page_query
 from mlx_manager.services.audit_streams import csv_export, jsonl_export, live_tail
 from mlx_manager.web.templating import render, wants_fragment
@@ -161,7 +161,7 @@ def update_retention(
 
 
 @router.get("/{audit_id:int}", response_class=HTMLResponse)
-def audit_entry(request: Request, session: SessionDep, audit_id: int) -> HTMLResponse:
+def audit_entry(request: Request, session: SessionDep, audit_id: RowId) -> HTMLResponse:
     """One request in full; htmx gets a table row to show under the list's row."""
     row = session.get(AuditLog, audit_id)
     response = render(

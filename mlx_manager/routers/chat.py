@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from mlx_manager.deps import SessionDep
+from mlx_manager.deps import SQLITE_MAX_INT, RowId, SessionDep
 from mlx_manager.records import Conversation
 from mlx_manager.services.chat_jobs import get_chat_jobs
 from mlx_manager.services.chat_view import chat_response
@@ -44,14 +44,14 @@ def chat_home(request: Request, session: SessionDep) -> Response:
 
 
 @router.get("/{conversation_id}", response_class=HTMLResponse)
-def chat_page(request: Request, session: SessionDep, conversation_id: int) -> Response:
+def chat_page(request: Request, session: SessionDep, conversation_id: RowId) -> Response:
     found = _conversation_or_404(request, session, conversation_id)
     return found if isinstance(found, Response) else chat_response(request, session, found)
 
 
 @router.post("/{conversation_id}/rename", response_class=HTMLResponse)
 def rename(
-    request: Request, session: SessionDep, conversation_id: int, title: Annotated[str, Form()]
+    request: Request, session: SessionDep, conversation_id: RowId, title: Annotated[str, Form()]
 ) -> Response:
     found = _conversation_or_404(request, session, conversation_id)
     if isinstance(found, Response):
@@ -64,7 +64,7 @@ def rename(
 
 
 @router.post("/{conversation_id}/delete", response_class=HTMLResponse)
-def delete(request: Request, session: SessionDep, conversation_id: int) -> Response:
+def delete(request: Request, session: SessionDep, conversation_id: RowId) -> Response:
     found = _conversation_or_404(request, session, conversation_id)
     if isinstance(found, Response):
         return found
@@ -77,7 +77,7 @@ def delete(request: Request, session: SessionDep, conversation_id: int) -> Respo
 
 
 @router.get("/{conversation_id}/export.{kind}")
-def export(request: Request, session: SessionDep, conversation_id: int, kind: str) -> Response:
+def export(request: Request, session: SessionDep, conversation_id: RowId, kind: str) -> Response:
     found = _conversation_or_404(request, session, conversation_id)
     if isinstance(found, Response):
         return found
@@ -99,7 +99,7 @@ def add_preset(
     session: SessionDep,
     name: Annotated[str, Form()],
     text: Annotated[str, Form()],
-    conversation_id: Annotated[int | None, Form()] = None,
+    conversation_id: Annotated[int | None, Form(ge=0, le=SQLITE_MAX_INT)] = None,
 ) -> Response:
     try:
         save_preset(session, name, text)
@@ -116,7 +116,7 @@ def remove_preset(
     request: Request,
     session: SessionDep,
     name: Annotated[str, Form()],
-    conversation_id: Annotated[int | None, Form()] = None,
+    conversation_id: Annotated[int | None, Form(ge=0, le=SQLITE_MAX_INT)] = None,
 ) -> Response:
     delete_preset(session, name)
     return RedirectResponse(f"/chat/{conversation_id}" if conversation_id else "/chat", status_code=303)

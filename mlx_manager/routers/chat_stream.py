@@ -19,6 +19,7 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import FormData
 
+from mlx_manager.deps import RowId
 from mlx_manager.records import Conversation
 from mlx_manager.services.chat_jobs import ChatJob, RunningError, follow, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
@@ -70,7 +71,7 @@ async def send_first(request: Request) -> Response:
 
 
 @router.post("/{conversation_id}/send", response_class=HTMLResponse)
-async def send(request: Request, conversation_id: int) -> Response:
+async def send(request: Request, conversation_id: RowId) -> Response:
     form = await request.form()
 
     def act(session: Session, conversation: Conversation) -> ChatOptions:
@@ -86,7 +87,7 @@ async def send(request: Request, conversation_id: int) -> Response:
 
 
 @router.post("/{conversation_id}/regenerate", response_class=HTMLResponse)
-async def regenerate(request: Request, conversation_id: int) -> Response:
+async def regenerate(request: Request, conversation_id: RowId) -> Response:
     """Answer the last user message again (its earlier answers are replaced)."""
 
     def act(session: Session, conversation: Conversation) -> ChatOptions:
@@ -97,7 +98,7 @@ async def regenerate(request: Request, conversation_id: int) -> Response:
 
 
 @router.post("/{conversation_id}/messages/{position}/edit", response_class=HTMLResponse)
-async def edit(request: Request, conversation_id: int, position: int) -> Response:
+async def edit(request: Request, conversation_id: RowId, position: RowId) -> Response:
     """Change a user message and resend from there (everything after it is dropped)."""
     content = _text(await request.form(), "content").strip()
 
@@ -115,7 +116,7 @@ async def edit(request: Request, conversation_id: int, position: int) -> Respons
 
 
 @router.post("/{conversation_id}/tool-result", response_class=HTMLResponse)
-async def tool_result(request: Request, conversation_id: int) -> Response:
+async def tool_result(request: Request, conversation_id: RowId) -> Response:
     """A result typed for a pending call (manual mode); the turn goes on once all are answered."""
     form = await request.form()
 
@@ -129,7 +130,7 @@ async def tool_result(request: Request, conversation_id: int) -> Response:
 
 
 @router.post("/{conversation_id}/stop", response_class=HTMLResponse)
-async def stop(request: Request, conversation_id: int) -> Response:
+async def stop(request: Request, conversation_id: RowId) -> Response:
     """Stop the reply being generated; it is kept, marked stopped."""
     job = get_chat_jobs().running(conversation_id)
     if job is not None:
@@ -143,7 +144,7 @@ async def stop(request: Request, conversation_id: int) -> Response:
 
 
 @router.get("/{conversation_id}/events")
-async def events(request: Request, conversation_id: int) -> Response:
+async def events(request: Request, conversation_id: RowId) -> Response:
     """The running turn as server-sent events: "turn" (its HTML so far), "content" and
     "reasoning" (text to append), then "done" (the conversation's thread as it ended)."""
     job = get_chat_jobs().running(conversation_id)

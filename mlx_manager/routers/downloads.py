@@ -15,6 +15,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from mlx_manager.deps import RowId
 from mlx_manager.services.download_state import DownloadEvent, DownloadRefused, DownloadState
 from mlx_manager.services.downloads import DownloadManager, get_download_manager
 from mlx_manager.web.templating import templates
@@ -51,12 +52,12 @@ def start_download(
 
 
 @router.post("/{job_id}/cancel", response_class=HTMLResponse)
-def cancel_download(request: Request, job_id: int) -> HTMLResponse:
+def cancel_download(request: Request, job_id: RowId) -> HTMLResponse:
     return _answer(request, partial(get_download_manager().cancel, job_id))
 
 
 @router.post("/{job_id}/resume", response_class=HTMLResponse)
-def resume_download(request: Request, job_id: int) -> HTMLResponse:
+def resume_download(request: Request, job_id: RowId) -> HTMLResponse:
     return _answer(request, partial(get_download_manager().resume, job_id))
 
 

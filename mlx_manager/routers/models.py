@@ -105,7 +105,10 @@ def models_page(
 async def import_model(
     request: Request, session: SessionDep, path: Annotated[str, Form()], model_id: Annotated[str, Form()] = ""
 ) -> Response:
-    gguf = Path(path.strip()).expanduser()
+    try:
+        gguf = Path(path.strip()).expanduser()
+    except RuntimeError:  # "~name" of a user this machine does not have
+        gguf = Path(path.strip())
     if not gguf.is_file():
         return _page(request, session, error=f"No file at {gguf}; give the full path of a .gguf file.")
     models_dir = get_server_settings().models_dir

@@ -28,7 +28,7 @@ class AuditQuery(BaseModel):
     status_class: Literal["1xx", "2xx", "3xx", "4xx", "5xx"] | None = None
     since: datetime | None = Field(default=None, description="ISO 8601; without an offset it is UTC")
     limit: int = Field(default=50, ge=1, le=MAX_QUERY_LIMIT)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=2**63 - 1)  # SQLite integers are signed 64-bit
 
     @field_validator("since")
     @classmethod
