@@ -1,5 +1,6 @@
-"""Secrets never leave: a session with known secret values (hub token, an API key, a wrong key
-tried), then every page, log record, audit row, export and error message is searched for them."""
+"""Secrets never leave: a session with known secret values (hub token, an API key, the admin
+password, a wrong key and a wrong password tried), then every page, log record, audit row,
+export and error message is searched for them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 from sqlmodel import Session
 
+from mlx_manager.services.admin_account import admin_account, set_password
 from mlx_manager.services.conversations import add_message, create_conversation
 from mlx_server.database import get_engine
 from mlx_server.services.operations.api_keys import create_api_key
@@ -17,16 +19,22 @@ from tests.mlx_manager.test_attacks import app_routes
 
 HUB_TOKEN = "hf_KnownHubTokenForTheLeakTest0123456789"
 WRONG_KEY = "mlx-WrongKeyForTheLeakTest0123456789abcdef"
+PASSWORD = "KnownAdminPasswordForTheLeakTest"
+WRONG_PASSWORD = "WrongAdminPasswordForTheLeakTest"
 PROMPT_MARKER = "PROMPT-MARKER-7d41"
 
 
-def _session_with_secrets(page: TestClient) -> tuple[str, list[str]]:
-    """Use the app as a user would, with the secrets in play; the API key and every body seen."""
+def _session_with_secrets(page: TestClient) -> tuple[list[str], list[str]]:
+    """Use the app as a user would, with the secrets in play: the secrets made on the way (API
+    key, session-signing secret) and every response body seen."""
     with Session(get_engine()) as session:
         api_key = create_api_key(session, name="leak-test").secret
+        set_password(session, PASSWORD)
+        signing = admin_account(session).session_secret  # type: ignore[union-attr]
         conversation = create_conversation(session, model_id="smol")
         add_message(session, conversation, role="user", content="hello")
-    bodies = []
+    bodies = [page.post("/login", data={"password": WRONG_PASSWORD}).text]
+    assert page.post("/login", data={"password": PASSWORD}).status_code in (200, 303)
     saved = page.post("/settings/hub", data={"endpoint": "http://127.0.0.1:9", "token": HUB_TOKEN})
     bodies.append(saved.text)
     bodies.append(page.get("/hub/search", params={"q": "smol"}).text)  # fails: the endpoint is closed
@@ -40,7 +48,7 @@ def _session_with_secrets(page: TestClient) -> tuple[str, list[str]]:
         page.post("/v1/messages", json={"model": "smol"}, headers={"x-api-key": WRONG_KEY}).text,
         page.get("/v1/admin/audit", headers=bearer).text,
     ]
-    return api_key, bodies
+    return [api_key, signing], bodies
 
 
 def _everything_shown(page: TestClient) -> list[str]:
@@ -67,7 +75,7 @@ def test_secrets_appear_in_no_page_log_audit_row_export_or_error_and_prompts_onl
     page: TestClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    api_key, bodies = _session_with_secrets(page)
+    (api_key, signing), bodies = _session_with_secrets(page)
     shown = _everything_shown(page)
     assert len(shown) > 10 and any("leak-test" in row for row in _audit_rows())
     places: dict[str, list[str]] = {
@@ -76,7 +84,8 @@ def test_secrets_appear_in_no_page_log_audit_row_export_or_error_and_prompts_onl
         "audit rows": _audit_rows(),
         "logs": [record.getMessage() for record in caplog.records],
     }
-    for secret in (HUB_TOKEN, api_key, WRONG_KEY, api_key[12:], HUB_TOKEN[8:]):
+    secrets = (HUB_TOKEN, api_key, WRONG_KEY, PASSWORD, WRONG_PASSWORD, signing, api_key[12:], HUB_TOKEN[8:])
+    for secret in secrets:
         leaks = {where: [t[:200] for t in texts if secret in t] for where, texts in places.items()}
         assert not any(leaks.values()), leaks
     # The session's prompt was logged (so this can fail), and only at DEBUG.
