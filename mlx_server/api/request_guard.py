@@ -1,8 +1,8 @@
 """What a request must be before any route sees it: DNS-rebinding, cross-site and size guards.
 
-- Host: only loopback names (localhost, 127.0.0.1, [::1], any port) and the configured ones
-  (`MLX_SERVER_ALLOWED_HOSTS`); a page on evil.example that rebinds its name to 127.0.0.1
-  still sends `Host: evil.example` and gets 421.
+- Host: an IP address (any port), localhost, or a name configured in `MLX_SERVER_ALLOWED_HOSTS`;
+  a page on evil.example that rebinds its name to 127.0.0.1 still sends `Host: evil.example`
+  and gets 421. An address is safe to accept: rebinding needs a name the attacker controls.
 - Cross-site: a browser can send a "simple" POST (text/plain or a form, no preflight) to any
   origin. State-changing /v1 requests need a JSON (or multipart) content type, and one that a
   browser marks as coming from another site (Origin, Sec-Fetch-Site) is refused unless that
@@ -15,6 +15,7 @@ Pure ASGI, so streamed responses pass through untouched.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mlx_server.config import MLXServerSettings
 from mlx_server.errors import APIError, anthropic_error_response, error_response
 
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+LOCAL_NAMES = frozenset({"localhost"})  # addresses need no listing: see host_allowed
 ANY_HOST = "*"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY_TYPES = ("application/json", "multipart/form-data")
@@ -52,14 +53,17 @@ class GuardPolicy:
     def from_settings(cls, settings: MLXServerSettings, extra_hosts: Iterable[str] = ()) -> GuardPolicy:
         hosts = {h.strip().lower().strip("[]") for h in (*settings.allowed_hosts, *extra_hosts)}
         return cls(
-            allowed_hosts=LOOPBACK_HOSTS | frozenset(h for h in hosts if h and h not in ("0.0.0.0", "::")),
+            allowed_hosts=LOCAL_NAMES | frozenset(h for h in hosts if h),
             cors_origins=frozenset(o.rstrip("/").lower() for o in settings.cors_origins),
             max_body_bytes=settings.max_body_bytes,
             max_upload_bytes=settings.max_upload_bytes,
         )
 
     def host_allowed(self, host: str | None) -> bool:
-        return ANY_HOST in self.allowed_hosts or (host is not None and host_name(host) in self.allowed_hosts)
+        if host is None:
+            return False
+        name = host_name(host)
+        return ANY_HOST in self.allowed_hosts or name in self.allowed_hosts or _is_address(name)
 
     def body_limit(self, content_type: str) -> int:
         return self.max_upload_bytes if content_type.startswith("multipart/") else self.max_body_bytes
@@ -71,6 +75,14 @@ def host_name(host: str) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -126,9 +126,14 @@ def test_a_foreign_host_is_refused(client: TestClient, path: str) -> None:
     assert client.get(path, headers={"host": "127.0.0.1:8080"}).status_code == 200
 
 
-def test_loopback_names_are_accepted_with_any_port(client: TestClient) -> None:
-    for host in ("localhost", "localhost:1234", "127.0.0.1", "[::1]:8080", "LOCALHOST:80"):
+def test_localhost_and_addresses_are_accepted_with_any_port(client: TestClient) -> None:
+    # An address cannot be rebound (that needs a name), so a LAN address of a 0.0.0.0 bind works.
+    hosts = ("localhost", "localhost:1234", "127.0.0.1", "[::1]:8080", "LOCALHOST:80", "192.168.1.5:8080")
+    for host in hosts:
         assert client.get("/v1/models", headers={"host": host}).status_code == 200, host
+        assert client.get("/", headers={"host": host}).status_code == 200, host
+    for host in ("evil.example:8080", "127.0.0.1.evil.example", "localhost.evil.example"):
+        assert client.get("/", headers={"host": host}).status_code == 421, host
 
 
 def test_cors_preflight_from_a_foreign_origin_gets_no_allow_headers(client: TestClient) -> None:
