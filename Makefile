@@ -36,8 +36,11 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Two workers: each generation runs on about one core (see pyproject.toml).
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 # Speed checks (minutes; not part of make test): results go to docs/benchmarks.md.
 bench: install
