@@ -7,6 +7,7 @@ Writes the README's screenshots to docs/screenshots/ on the way.
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -109,6 +110,18 @@ def _pin_unpin_unload(page: Page, live_server: str) -> None:
     expect(row.get_by_role("button", name="Load", exact=True)).to_be_visible()
 
 
+def _wait_for_audit_row(live_server: str, model: str) -> None:
+    """Audit rows are written by a background thread after the response: wait (bounded) until
+    the row is committed, so the page loaded next can show it."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        rows = httpx.get(f"{live_server}/v1/admin/audit", params={"model": model}, timeout=10).json()
+        if rows["total"]:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"no audit row for {model} within 15 s")
+
+
 def _chat_then_audit(page: Page, live_server: str) -> None:
     """A chat request from outside the browser, as an API client makes it, then its audit row."""
     reply = httpx.post(
@@ -118,6 +131,7 @@ def _chat_then_audit(page: Page, live_server: str) -> None:
     )
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"]["completion_tokens"] <= 4
+    _wait_for_audit_row(live_server, SMOLLM_REPO)
 
     _nav(page, "Audit log", "/audit", live_server)
     row = page.locator("tr.audit-row").filter(has_text=SMOLLM_REPO)
