@@ -43,7 +43,7 @@ test: lint
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
 # Speed checks (minutes; not part of make test): results go to docs/benchmarks.md.
-bench: install
+bench: install-dev
 	$(BIN)/python -m mlx_server.benchmark.decode --tokens 128 --runs 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.structured --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.ui_stream --tokens 128 --runs 3 --write docs/benchmarks.md

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from mlx_server import __version__
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
-from mlx_server.benchmark._server import bench_arguments, publish
+from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings

@@ -17,15 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlx_server.benchmark._server import (
-    Run,
-    alternate,
-    bench_arguments,
-    publish,
-    run_line,
-    running_server,
-    stream_chat,
-)
+from mlx_server.benchmark._server import Run, alternate, running_server, stream_chat
+from mlx_server.benchmark.report import bench_arguments, publish, run_line
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]

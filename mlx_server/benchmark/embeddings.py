@@ -30,7 +30,8 @@ from typing import Any
 
 import httpx
 
-from mlx_server.benchmark._server import running_server, write_section
+from mlx_server.benchmark._server import running_server
+from mlx_server.benchmark.report import write_section
 from mlx_server.models.store import DEFAULT_EMBEDDING_MODEL_ID
 
 MODEL = DEFAULT_EMBEDDING_MODEL_ID

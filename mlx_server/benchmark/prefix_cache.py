@@ -19,15 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlx_server.benchmark._server import (
-    Run,
-    bench_arguments,
-    publish,
-    run_line,
-    running_mlx_lm_server,
-    running_server,
-    stream_chat,
-)
+from mlx_server.benchmark._server import Run, running_mlx_lm_server, running_server, stream_chat
+from mlx_server.benchmark.report import bench_arguments, publish, run_line
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MARKER_START = "<!-- prefix-cache-benchmark:start -->"

@@ -24,7 +24,8 @@ from typing import Any
 import openai
 from jsonschema import Draft202012Validator
 
-from mlx_server.benchmark._server import bench_arguments, publish, running_server
+from mlx_server.benchmark._server import running_server
+from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MODEL = DEFAULT_MODEL_ID

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from mlx_server.benchmark._server import Run, alternate, bench_arguments, publish, running_server, stream_chat
+from mlx_server.benchmark._server import Run, alternate, running_server, stream_chat
+from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm."
