@@ -73,7 +73,6 @@ from mlx_server.services.operations.generation_defaults import (
     set_default_max_tokens,
 )
 from mlx_server.services.operations.pool_admin import (
-    MAX_MODELS_LIMIT,
     PoolLimits,
     load_model,
     pool_limits,
@@ -140,7 +139,6 @@ def memory_budget_bytes() -> int:
 __all__ = [
     "DEFAULT_HOME",
     "MAX_DEFAULT_MAX_TOKENS",
-    "MAX_MODELS_LIMIT",
     "MAX_RETENTION_DAYS",
     "APIError",
     "ApiKey",
@@ -202,7 +200,6 @@ __all__ = [
     "generate_chat_completion",
     "get_engine",
     "get_model",
-    "get_model_pool",
     "get_server_settings",
     "get_session",
     "health_router",

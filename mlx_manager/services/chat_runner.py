@@ -40,7 +40,8 @@ from mlx_server.facade import (
     ToolCallRejected,
     generate_chat_completion,
     get_engine,
-    get_model_pool,
+    load_model,
+    pool_state,
 )
 
 SAVE_SECONDS = 0.5  # a growing reply is written at least this often (a restart keeps it)
@@ -89,12 +90,12 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
 
 
 async def _loaded(job: ChatJob, model_id: str) -> bool:
-    if get_model_pool().get_loaded(model_id) is not None:
+    if pool_state(model_id).loaded:
         return True
     job.say(f"Loading {model_id}…")
     started = time.perf_counter()
     try:
-        await get_model_pool().preload(model_id, pin=False)
+        await load_model(model_id, pin=False)
     except APIError as exc:
         job.error = exc.message
         return False
