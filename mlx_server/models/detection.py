@@ -16,11 +16,46 @@ class ModelType(StrEnum):
     TEXT_GEN = "text-gen"
     VISION = "vision"
     EMBEDDINGS = "embeddings"
-    AUDIO = "audio"
+    # Audio models are two types: they load and serve differently (speech in, text out; text in,
+    # speech out), so each has its endpoint and the wrong one is refused by name.
+    SPEECH_TO_TEXT = "stt"
+    TEXT_TO_SPEECH = "tts"
 
 
 _EMBEDDING_ARCHITECTURES = ("BertModel", "XLMRobertaModel", "NomicBertModel", "ModernBertModel")
-_AUDIO_MODEL_TYPES = ("whisper", "kokoro", "sesame", "csm", "outetts", "spark", "bark", "dia", "parakeet")
+# config.json model_type values of mlx-audio's STT and TTS models (mlx_audio/stt/models,
+# mlx_audio/tts/models); names it shares with text models (llama, qwen3) are left out.
+_STT_MODEL_TYPES = (
+    "whisper",
+    "parakeet",
+    "parakeet_tdt",
+    "moonshine",
+    "wav2vec2",
+    "mms",
+    "voxtral",
+    "canary",
+    "sensevoice",
+    "qwen3_asr",
+    "granite_speech",
+    "fireredasr2",
+    "cohere_asr",
+)
+_TTS_MODEL_TYPES = (
+    "kokoro",
+    "sesame",
+    "csm",
+    "outetts",
+    "spark",
+    "bark",
+    "dia",
+    "kitten_tts",
+    "melotts",
+    "chatterbox",
+    "pocket_tts",
+    "qwen3_tts",
+    "voxcpm",
+    "soprano",
+)
 
 
 def read_config(model_path: Path) -> dict[str, Any]:
@@ -48,8 +83,10 @@ def detect_model_type(model_path: Path, config: dict[str, Any] | None = None) ->
     config = read_config(model_path) if config is None else config
     model_type = str(config.get("model_type", "")).lower()
     architectures = [str(a) for a in config.get("architectures") or []]
-    if model_type in _AUDIO_MODEL_TYPES or any("Whisper" in a for a in architectures):
-        return ModelType.AUDIO
+    if model_type in _STT_MODEL_TYPES or any("Whisper" in a or "ForCTC" in a for a in architectures):
+        return ModelType.SPEECH_TO_TEXT
+    if model_type in _TTS_MODEL_TYPES:
+        return ModelType.TEXT_TO_SPEECH
     if "vision_config" in config or any("VisionText" in a or "VL" in a for a in architectures):
         return ModelType.VISION
     if (model_path / "modules.json").is_file() or any(a in _EMBEDDING_ARCHITECTURES for a in architectures):

@@ -155,5 +155,6 @@ ENDPOINTS: dict[ModelType, str] = {
     ModelType.TEXT_GEN: "/v1/chat/completions",
     ModelType.EMBEDDINGS: "/v1/embeddings",
     ModelType.VISION: "/v1/chat/completions",
-    ModelType.AUDIO: "/v1/audio/transcriptions",
+    ModelType.SPEECH_TO_TEXT: "/v1/audio/transcriptions",
+    ModelType.TEXT_TO_SPEECH: "/v1/audio/speech",
 }
