@@ -63,6 +63,19 @@ class MLXServerSettings(BaseSettings):
     timeout_seconds: float = Field(default=600, ge=0)
     endpoint_timeouts: dict[str, float] = Field(default_factory=dict)
 
+    # Images in chat requests (services/images). A URL is fetched only if every address its host
+    # (and each redirect's) resolves to is public: loopback, private, link-local (the cloud
+    # metadata address 169.254.169.254), multicast and unspecified ones are refused unless
+    # allowed here, wholesale or by network (e.g. ["10.1.2.0/24"] for an intranet image host).
+    image_fetch_allow_private_addresses: bool = False
+    image_fetch_allowed_networks: list[str] = Field(default_factory=list)
+    # An image (fetched or data: URL) larger than this is refused; a fetch stops reading there.
+    image_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    # Width x height above this is refused from the header, before decoding (decompression bombs).
+    image_max_pixels: int = Field(default=50_000_000, ge=1)
+    image_fetch_connect_timeout_seconds: float = Field(default=5, gt=0)
+    image_fetch_read_timeout_seconds: float = Field(default=15, gt=0)
+
     @property
     def home_dir(self) -> Path:
         return self.home.expanduser()

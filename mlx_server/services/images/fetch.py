@@ -1,0 +1,179 @@
+"""Fetch an image URL without letting a request reach the server's own network (SSRF).
+
+Only http and https. The host is resolved here and every address it resolves to must be public
+(not loopback, private, link-local, multicast, unspecified or reserved) unless the policy allows
+it; the connection then goes to the address that was checked, with the original name in the
+Host header and in TLS (SNI and certificate check), so a second DNS answer cannot rebind it.
+Redirects (at most 3) are followed by hand, each one checked the same way. The body is read in
+chunks and the fetch stops once it passes the size limit."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx2
+
+from mlx_server.config import MLXServerSettings
+from mlx_server.services.images.decode import ImageRejected
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# (host, port) → the addresses a connection could go to.
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+CLOUD_METADATA_ADDRESSES = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+_REDIRECTS = {301, 302, 303, 307, 308}
+
+
+async def resolve_host(host: str, port: int) -> list[IPAddress]:
+    """The system resolver's answers for a TCP connection."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """What an image fetch may do; `from_settings` reads the server's settings."""
+
+    allow_private_addresses: bool = False
+    allowed_networks: tuple[IPNetwork, ...] = ()
+    max_bytes: int = 20 * 1024 * 1024
+    max_pixels: int = 50_000_000
+    connect_timeout: float = 5.0
+    read_timeout: float = 15.0
+    max_redirects: int = 3
+    resolver: Resolver = field(default=resolve_host, compare=False)
+
+    @classmethod
+    def from_settings(cls, settings: MLXServerSettings) -> FetchPolicy:
+        return cls(
+            allow_private_addresses=settings.image_fetch_allow_private_addresses,
+            allowed_networks=tuple(
+                ipaddress.ip_network(net, strict=False) for net in settings.image_fetch_allowed_networks
+            ),
+            max_bytes=settings.image_max_bytes,
+            max_pixels=settings.image_max_pixels,
+            connect_timeout=settings.image_fetch_connect_timeout_seconds,
+            read_timeout=settings.image_fetch_read_timeout_seconds,
+        )
+
+
+def refusal_reason(address: IPAddress, policy: FetchPolicy) -> str | None:
+    """Why a connection to this address is not allowed, or None when it is."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if any(address in network for network in policy.allowed_networks):
+        return None
+    if address in CLOUD_METADATA_ADDRESSES:
+        return "the cloud metadata address"
+    if policy.allow_private_addresses:
+        return None
+    for kind, matches in (
+        ("a loopback address", address.is_loopback),
+        ("an unspecified address", address.is_unspecified),
+        ("a link-local address", address.is_link_local),
+        ("a multicast address", address.is_multicast),
+        ("a private network address", address.is_private),
+        ("not a public address", not address.is_global),
+    ):
+        if matches:
+            return kind
+    return None
+
+
+async def fetch_image_bytes(url: str, policy: FetchPolicy) -> bytes:
+    """The body of `url`, fetched under `policy`; ImageRejected says why when refused."""
+    timeout = httpx2.Timeout(policy.read_timeout, connect=policy.connect_timeout)
+    async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+        current = _parse(url)
+        for _ in range(policy.max_redirects + 1):
+            location = await _fetch_once(client, current, policy)
+            if isinstance(location, bytes):
+                return location
+            current = _parse(str(current.join(location)))
+    raise ImageRejected(
+        f"The image URL {url} redirects more than {policy.max_redirects} times; give the image's final URL."
+    )
+
+
+def _parse(url: str) -> httpx2.URL:
+    try:
+        parsed = httpx2.URL(url)
+    except httpx2.InvalidURL as error:
+        raise ImageRejected(f"The image URL {url[:200]!r} is not a valid URL ({error}).") from error
+    if parsed.scheme not in ("http", "https"):
+        raise ImageRejected(
+            f"The image URL scheme {parsed.scheme + ':' if parsed.scheme else '(none)'} is not allowed; "
+            "send an http(s) URL or a data: URL with the image in base64."
+        )
+    if not parsed.host:
+        raise ImageRejected(f"The image URL {url[:200]!r} has no host.")
+    return parsed
+
+
+async def _checked_address(url: httpx2.URL, policy: FetchPolicy) -> IPAddress:
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        addresses = [ipaddress.ip_address(url.host)]
+    except ValueError:
+        try:
+            addresses = await policy.resolver(url.host, port)
+        except OSError as error:
+            raise ImageRejected(f"The image host {url.host} could not be resolved ({error}).") from error
+    if not addresses:
+        raise ImageRejected(f"The image host {url.host} resolves to no address.")
+    for address in addresses:
+        reason = refusal_reason(address, policy)
+        if reason is not None:
+            named = url.host != str(address)
+            where = f"host {url.host} resolves to {address}," if named else f"address {address} is"
+            raise ImageRejected(
+                f"The image URL's {where} {reason}; image URLs must point to public servers "
+                "(or send the image as a data: URL)."
+            )
+    return addresses[0]
+
+
+async def _fetch_once(client: httpx2.AsyncClient, url: httpx2.URL, policy: FetchPolicy) -> bytes | str:
+    """The body, or the Location of a redirect."""
+    address = await _checked_address(url, policy)
+    host_header = url.host if url.port is None else f"{url.host}:{url.port}"
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+    request = client.build_request(
+        "GET",
+        url.copy_with(host=str(address)),
+        headers={"Host": host_header, "Accept": "image/*", "Accept-Encoding": "identity"},
+        extensions=extensions,
+    )
+    try:
+        response = await client.send(request, stream=True)
+        try:
+            if response.status_code in _REDIRECTS and "location" in response.headers:
+                return response.headers["location"]
+            if response.status_code != 200:
+                raise ImageRejected(f"Fetching the image URL {url} returned HTTP {response.status_code}.")
+            return await _read_limited(response, url, policy.max_bytes)
+        finally:
+            await response.aclose()
+    except httpx2.TimeoutException as error:
+        raise ImageRejected(f"Fetching the image URL {url} timed out ({type(error).__name__}).") from error
+    except httpx2.HTTPError as error:
+        raise ImageRejected(f"Fetching the image URL {url} failed: {error}.") from error
+
+
+async def _read_limited(response: httpx2.Response, url: httpx2.URL, max_bytes: int) -> bytes:
+    too_large = f"The image at {url} is larger than the limit of {max_bytes:,} bytes; send a smaller image."
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise ImageRejected(too_large)
+    body = bytearray()
+    # Raw bytes (identity was asked for): a compressed body cannot expand past the count.
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > max_bytes:
+            raise ImageRejected(too_large)
+    return bytes(body)
