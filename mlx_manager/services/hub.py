@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx2
-from huggingface_hub import HfApi
+from huggingface_hub import HfApi, get_session
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -23,7 +23,8 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from huggingface_hub.hf_api import ExpandModelProperty_T, ModelInfo, ModelSort_T
+from huggingface_hub.hf_api import ExpandModelProperty_T, ModelInfo
+from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 from sqlmodel import Session
 
 from mlx_manager.services.refusals import Refusal
@@ -41,7 +42,11 @@ PIPELINE_TAGS: dict[SearchType, tuple[str | None, ...]] = {
     "text-gen": ("text-generation",),
     "embeddings": ("feature-extraction", "sentence-similarity"),
 }
-SORTS: dict[SearchSort, ModelSort_T] = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
+# The hub listing's sort keys.
+SORTS: dict[SearchSort, str] = {"downloads": "downloads", "likes": "likes", "recent": "lastModified"}
+# A search is one request that fails fast: huggingface_hub's list_models retries a refused
+# connection 5 times with backoff (~23 s) before failing, and a user waits on a search.
+SEARCH_TIMEOUT = httpx2.Timeout(15.0, connect=3.0)
 SEARCH_EXPAND: list[ExpandModelProperty_T] = [
     "downloads",
     "likes",
@@ -74,6 +79,10 @@ class HubConfig:
         return HfApi(
             endpoint=self.endpoint, token=self.token, library_name="mlx-manager", library_version=__version__
         )
+
+    def headers(self) -> dict[str, str]:
+        """What HfApi sends: the user agent and, when set, the token."""
+        return build_hf_headers(token=self.token, library_name="mlx-manager", library_version=__version__)
 
 
 def load_hub_config(session: Session) -> HubConfig:
@@ -219,14 +228,9 @@ def search_models(
     try:
         found: dict[str, HubModel] = {}
         for tag in PIPELINE_TAGS[model_type]:  # one listing per pipeline tag, merged
-            infos = config.api().list_models(
-                search=query.strip() or None,
-                author=author.strip() or None,
-                pipeline_tag=tag,
-                sort=SORTS[sort],
-                limit=limit,
-                expand=SEARCH_EXPAND,
-            )
+            params = {"search": query.strip(), "author": author.strip(), "pipeline_tag": tag or ""}
+            params = {key: value for key, value in params.items() if value}
+            infos = _list_models(config, {**params, "sort": SORTS[sort], "limit": limit})
             found.update((info.id, _result(info, budget_bytes)) for info in infos if info.id not in found)
         results = list(found.values())
         if len(PIPELINE_TAGS[model_type]) > 1:
@@ -237,6 +241,19 @@ def search_models(
         if error is None:
             raise
         raise error from exc
+
+
+def _list_models(config: HubConfig, params: dict[str, Any]) -> list[ModelInfo]:
+    """One page of the hub's model listing, asked once (GET /api/models, as list_models does)."""
+    response = get_session().get(
+        f"{config.endpoint}/api/models",
+        params={**params, "expand": SEARCH_EXPAND},
+        headers=config.headers(),
+        timeout=SEARCH_TIMEOUT,
+    )
+    hf_raise_for_status(response)
+    # ModelInfo(**item) is how list_models builds its results; its __init__ is untyped.
+    return [ModelInfo(**item) for item in response.json()]  # type: ignore[no-untyped-call]
 
 
 def _sort_key(model: HubModel, sort: SearchSort) -> float:
