@@ -106,7 +106,11 @@ def _decode(data: bytes, digest: str, *, max_pixels: int) -> LoadedImage:
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             opened = Image.open(io.BytesIO(data), formats=list(ACCEPTED_FORMATS))
-        except (UnidentifiedImageError, Image.DecompressionBombError) as error:
+        except Image.DecompressionBombError as error:  # beyond twice Pillow's own limit
+            raise ImageRejected(
+                f"The image is over the limit of {max_pixels:,} pixels ({error}); send a smaller image."
+            ) from error
+        except UnidentifiedImageError as error:
             raise ImageRejected(
                 f"The image data is not a PNG, JPEG, WebP or GIF image ({_describe(data)}); "
                 "send one of those formats."
