@@ -13,13 +13,13 @@ from fastapi.responses import JSONResponse
 
 from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
+from mlx_server.api.error_shapes import install_error_handlers
 from mlx_server.api.key_middleware import ApiKeyMiddleware
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
-from mlx_server.errors import install_error_handlers
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import instrument
 from mlx_server.services.operations.audit import audit_service

@@ -16,9 +16,10 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlx_server.api.audit_middleware import audit_details, full_path, is_audited
+from mlx_server.api.error_shapes import shaped_error
 from mlx_server.config import MLXServerSettings, get_settings
 from mlx_server.database import get_engine
-from mlx_server.errors import APIError, anthropic_error_response, error_response
+from mlx_server.errors import APIError
 from mlx_server.records import ApiKey, ApiKeyScope
 from mlx_server.services.operations.api_keys import (
     CREATE_KEY_HINT,
@@ -30,7 +31,6 @@ from mlx_server.services.operations.api_keys import (
 from mlx_server.services.operations.key_limits import limit_refusal
 
 ADMIN_PREFIX = "/v1/admin"
-ANTHROPIC_PREFIX = "/v1/messages"
 
 
 def sent_key(headers: Headers) -> str | None:
@@ -90,8 +90,4 @@ class ApiKeyMiddleware:
         if error is None:
             await self.app(scope, receive, send)
             return
-        if path.startswith(ANTHROPIC_PREFIX):
-            response = anthropic_error_response(error, audit_details(Request(scope)).request_id or None)
-        else:
-            response = error_response(error)
-        await response(scope, receive, send)
+        await shaped_error(scope, error)(scope, receive, send)

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from mlx_server.api.error_shapes import protocol_error
 from mlx_server.config import MLXServerSettings
-from mlx_server.errors import APIError, anthropic_error_response, error_response
 
 LOCAL_NAMES = frozenset({"localhost"})  # addresses need no listing: see host_allowed
 ANY_HOST = "*"
@@ -119,12 +118,6 @@ def too_large_message(limit: int) -> str:
 
 
 Refuse = Callable[[Scope, int, str], Any]
-
-
-def protocol_error(scope: Scope, status: int, message: str, code: str = "request_refused") -> JSONResponse:
-    """The error in the shape of the protocol the path belongs to (Anthropic's or OpenAI's)."""
-    error = APIError(status, message, code=code)
-    return anthropic_error_response(error) if "/messages" in scope["path"] else error_response(error)
 
 
 class RequestGuard:

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlx_server.api.request_guard import protocol_error
+from mlx_server.api.error_shapes import is_anthropic, protocol_error
 
 NOT_TIMED = frozenset({"/v1/health", "/health"})
 
@@ -36,9 +36,9 @@ def timeout_message(seconds: float) -> str:
     )
 
 
-def stream_error_event(path: str, message: str) -> bytes:
+def stream_error_event(scope: Scope, message: str) -> bytes:
     """The last event of a stream cut off by its deadline, framed as the protocol frames errors."""
-    if "/messages" in path:
+    if is_anthropic(scope):
         body = {"type": "error", "error": {"type": "timeout_error", "message": message}}
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
     error = {"message": message, "type": "timeout_error", "param": None, "code": "timeout"}
@@ -76,5 +76,5 @@ class RequestTimeout:
             if not started:
                 await protocol_error(scope, 504, timeout_message(seconds), "timeout")(scope, receive, send)
             elif not ended:
-                body = stream_error_event(path, timeout_message(seconds))
+                body = stream_error_event(scope, timeout_message(seconds))
                 await send({"type": "http.response.body", "body": body, "more_body": False})

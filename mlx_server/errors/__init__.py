@@ -1,7 +1,8 @@
 """Errors as OpenAI clients expect them, plus RFC 7807 problem fields (blueprint §13.2).
 
 Body: {"error": {"message", "type", "param", "code"}, "type", "title", "status", "detail"}.
-The OpenAI SDKs read `error`; generic HTTP tooling reads the problem fields.
+The OpenAI SDKs read `error`; generic HTTP tooling reads the problem fields. Anthropic's
+shape is `anthropic_error_response`; api/error_shapes.py picks one by the request's path.
 """
 
 from __future__ import annotations
@@ -9,10 +10,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 _OPENAI_TYPES = {
     400: "invalid_request_error",
@@ -82,6 +80,7 @@ _ANTHROPIC_TYPES = {
     413: "request_too_large",
     429: "rate_limit_error",
     503: "overloaded_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 
@@ -98,17 +97,6 @@ def anthropic_error_response(error: APIError, request_id: str | None = None) -> 
     if request_id is not None:
         body["request_id"] = request_id
     return JSONResponse(body, status_code=error.status, headers=error.headers)
-
-
-async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, APIError)
-    return error_response(exc)
-
-
-async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    headers = dict(exc.headers) if exc.headers else None
-    return error_response(APIError(exc.status_code, str(exc.detail), headers=headers))
 
 
 def _param(loc: tuple[Any, ...] | list[Any]) -> str | None:
@@ -141,14 +129,3 @@ def validation_error(errors: list[Any]) -> APIError:
             400, f"Missing required parameter: {param!r}.", param=param, code="missing_required_parameter"
         )
     return APIError(400, f"Invalid value for {param!r}: {message}.", param=param, code="invalid_value")
-
-
-async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    return error_response(validation_error(list(exc.errors())))
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)

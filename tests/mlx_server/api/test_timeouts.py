@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session
@@ -68,12 +69,21 @@ def test_a_generation_past_its_limit_gets_504_and_frees_the_mlx_thread(timed: Te
     assert quick.status_code == 200, quick.text
 
 
-def test_anthropic_504_is_in_anthropics_shape(timed: TestClient) -> None:
-    body = {"model": "smol", "messages": LONG, "max_tokens": 2000}
-    response = timed.post("/v1/messages", json=body)
-    assert response.status_code == 504
-    assert response.json()["type"] == "error"
+def test_an_anthropic_timeout_is_timeout_error_streamed_or_not(timed: TestClient) -> None:
+    sdk = anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=timed, max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as stopped:
+        sdk.messages.create(model="smol", messages=LONG, max_tokens=2000)  # type: ignore[arg-type]
     _wait_until_released()
+    events = sdk.messages.stream(model="smol", messages=LONG, max_tokens=2000)  # type: ignore[arg-type]
+    with pytest.raises(anthropic.APIStatusError) as streamed, events as stream:
+        for _ in stream:
+            pass
+    _wait_until_released()
+    assert (stopped.value.status_code, streamed.value.status_code) == (504, 200)  # the stream had begun
+    for error in (stopped.value, streamed.value):
+        assert isinstance(error.body, dict)
+        assert error.body["error"]["type"] == "timeout_error"
+        assert "longer than 1 s" in error.body["error"]["message"]
 
 
 def test_a_stream_past_its_limit_ends_with_an_error_event(timed: TestClient) -> None:

@@ -1,0 +1,81 @@
+"""Every error of a /v1 route in its protocol's shape, whichever layer answers it.
+
+Anthropic's routes (/v1/messages and below) answer `{"type": "error", "error": {"type",
+"message"}, "request_id"}`, every other route OpenAI's shape (mlx_server/errors). The guard, the
+key check, the time limits and the app's exception handlers all answer through `shaped_error`,
+so a 413 raised while a chunked body is read, a 404 for an unknown sub-path, a 405, a 504 or an
+unexpected 500 on /v1/messages look like every other Anthropic error (a timeout is
+`timeout_error` whether the request streamed or not).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Scope
+
+from mlx_server.api.audit_middleware import AUDIT_STATE_KEY, AuditDetails, full_path
+from mlx_server.errors import APIError, anthropic_error_response, error_response, validation_error
+
+logger = logging.getLogger("mlx_server.errors")
+
+ANTHROPIC_PREFIX = "/v1/messages"
+INTERNAL_ERROR = (
+    "The server failed on this request; its log has the details (look for the request id). "
+    "Retry, or report it if it keeps happening."
+)
+
+
+def is_anthropic(scope: Scope) -> bool:
+    path = full_path(scope)
+    return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
+
+
+def _request_id(scope: Scope) -> str | None:
+    details = scope.get("state", {}).get(AUDIT_STATE_KEY)
+    return details.request_id or None if isinstance(details, AuditDetails) else None
+
+
+def shaped_error(scope: Scope, error: APIError) -> JSONResponse:
+    """`error` in the shape of the protocol the request's path belongs to."""
+    if is_anthropic(scope):
+        return anthropic_error_response(error, _request_id(scope))
+    return error_response(error)
+
+
+def protocol_error(scope: Scope, status: int, message: str, code: str = "request_refused") -> JSONResponse:
+    """A refusal by one of the ASGI layers (guard, time limits), in the path's protocol shape."""
+    return shaped_error(scope, APIError(status, message, code=code))
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, APIError)
+    return shaped_error(request.scope, exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers) if exc.headers else None
+    return shaped_error(request.scope, APIError(exc.status_code, str(exc.detail), headers=headers))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return shaped_error(request.scope, validation_error(list(exc.errors())))
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A bug, not the client's doing: a 500 in the protocol's shape, with nothing of the
+    exception in it (it may hold paths or prompts); Starlette logs the traceback after."""
+    return shaped_error(request.scope, APIError(500, INTERNAL_ERROR, code="internal_error"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _internal_error)
