@@ -78,6 +78,14 @@ def smollm(smollm_dir: Path) -> tuple[Any, Any]:
     return load(str(smollm_dir))
 
 
+@pytest.fixture(scope="session")
+def tiny_vision_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
+    """A tiny random-weight Qwen2.5-VL directory (tests/fixtures/tiny_vision_model.py), ~2 s."""
+    from tests.fixtures.tiny_vision_model import build_tiny_vision_model
+
+    return build_tiny_vision_model(tmp_path_factory.mktemp("models") / "tiny-qwen2.5-vl", smollm_dir)
+
+
 @pytest.fixture
 def chromium() -> Path:
     if not CHROMIUM.exists():

@@ -65,6 +65,9 @@ class LoadedModel:
     prompt_cache: PromptCache = field(default_factory=PromptCache.from_settings)
     # Embeddings: pooling, normalization, dimensions and the longest input.
     embedding: EmbeddingProfile | None = None
+    # Vision: mlx-vlm's processor (image preprocessing + tokenizer); `tokenizer` wraps its
+    # tokenizer the way mlx-lm does, so the text pipeline (templates, parsers) is the same.
+    processor: Any = None
 
     @property
     def chat(self) -> ModelAdapter:
@@ -137,6 +140,25 @@ def _load_text_model(spec: ModelSpec) -> LoadedModel:
     return loaded
 
 
+def _load_vision_model(spec: ModelSpec) -> LoadedModel:
+    """mlx-vlm's load: the model, its processor (image preprocessing, tokenizer and the chat
+    template from chat_template.json/.jinja); generation then runs mlx-vlm's generate_step."""
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+    from mlx_vlm.utils import load
+
+    loaded = _measured_load(spec, load)
+    loaded.processor = processor = loaded.tokenizer
+    eos = spec.config.get("eos_token_id")
+    loaded.tokenizer = TokenizerWrapper(
+        processor.tokenizer,
+        # mlx-vlm picked the streaming detokenizer for this tokenizer.json already; copied per use.
+        detokenizer_class=lambda _tokenizer: processor.detokenizer,
+        eos_token_ids=eos if isinstance(eos, list) else [eos] if eos is not None else None,
+    )
+    loaded.adapter = create_adapter(spec.family, loaded.tokenizer, spec.capabilities, images=True)
+    return loaded
+
+
 def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
     from mlx_embeddings.utils import load
 
@@ -148,6 +170,7 @@ def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
 LOADERS: dict[ModelType, Callable[[ModelSpec], LoadedModel]] = {
     ModelType.TEXT_GEN: _load_text_model,
     ModelType.EMBEDDINGS: _load_embedding_model,
+    ModelType.VISION: _load_vision_model,
 }
 
 # The endpoint that serves each type, for errors that send a request to the right one.

@@ -35,13 +35,14 @@ logger = logging.getLogger("mlx_server.pool")
 BUSY_RETRY_AFTER_SECONDS = 5
 
 
-def _check_type(model_id: str, actual: ModelType, wanted: ModelType | None) -> None:
-    if wanted is None or actual is wanted:
+def _check_type(model_id: str, actual: ModelType, wanted: ModelType | tuple[ModelType, ...] | None) -> None:
+    wanted_types = (wanted,) if isinstance(wanted, ModelType) else wanted
+    if wanted_types is None or actual in wanted_types:
         return
     raise APIError(
         400,
         f"Model {model_id!r} is of type {actual}; use {ENDPOINTS[actual]} with it "
-        f"(this endpoint serves {wanted} models).",
+        f"(this endpoint serves {' and '.join(wanted_types)} models).",
         param="model",
         code="wrong_model_type",
     )
@@ -69,7 +70,9 @@ class ModelPoolManager:
 
     # --- Using models ---
 
-    async def acquire(self, model_id: str, model_type: ModelType | None = None) -> LoadedModel:
+    async def acquire(
+        self, model_id: str, model_type: ModelType | tuple[ModelType, ...] | None = None
+    ) -> LoadedModel:
         """The loaded model, loading it if needed; pair with release() (or use lease()).
 
         `model_type`: the type the caller serves; a model of another type is a 400 naming the
@@ -98,7 +101,9 @@ class ModelPoolManager:
         loaded.last_used = time.time()
 
     @asynccontextmanager
-    async def lease(self, model_id: str, model_type: ModelType | None = None) -> AsyncIterator[LoadedModel]:
+    async def lease(
+        self, model_id: str, model_type: ModelType | tuple[ModelType, ...] | None = None
+    ) -> AsyncIterator[LoadedModel]:
         loaded = await self.acquire(model_id, model_type)
         try:
             yield loaded

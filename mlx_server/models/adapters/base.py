@@ -39,12 +39,44 @@ def content_text(content: Any) -> str:
     return "\n".join(texts)
 
 
+def content_with_images(content: Any) -> str | list[dict[str, Any]]:
+    """OpenAI content for a vision model's template: plain text when it has no image, else the
+    parts in order as `{"type": "text", "text": ...}` and `{"type": "image"}` (the form the
+    Qwen2.5-VL, Gemma 3 and SmolVLM templates read; the pixels travel beside the prompt)."""
+    if not isinstance(content, list) or not any(
+        isinstance(part, dict) and part.get("type") == "image_url" for part in content
+    ):
+        return content_text(content)
+    return [
+        {"type": "image"}
+        if part.get("type") == "image_url"
+        else {"type": "text", "text": content_text([part])}
+        for part in content
+    ]
+
+
+def joined_content(
+    first: str | list[dict[str, Any]], second: str | list[dict[str, Any]], separator: str = "\n\n"
+) -> str | list[dict[str, Any]]:
+    """Two messages' converted content as one: text joined by `separator`, or the parts of both
+    in order when either holds images."""
+    if isinstance(first, str) and isinstance(second, str):
+        return f"{first}{separator}{second}"
+
+    def parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+    return [*parts(first), {"type": "text", "text": separator}, *parts(second)]
+
+
 class ModelAdapter(ABC):
     """Stateful adapter, one instance per loaded model."""
 
     # Tokens that end a reply in this family, besides the tokenizer's eos ids; only those
     # present in the vocabulary are used.
     stop_token_strings: ClassVar[tuple[str, ...]] = ()
+    # A vision model's adapter: image parts reach the chat template (set by create_adapter).
+    accepts_images: bool = False
 
     def __init__(
         self,
@@ -146,11 +178,14 @@ class ModelAdapter(ABC):
             role = message.get("role")
             if role == "developer":  # OpenAI's newer name for the system role
                 message["role"] = "system"
-            message["content"] = content_text(message.get("content"))
+            content = message.get("content")
+            message["content"] = (
+                content_with_images(content) if self.accepts_images else content_text(content)
+            )
             if role == "tool" and not native:
                 call_id = message.get("tool_call_id")
                 label = f"Tool result ({call_id})" if call_id else "Tool result"
-                message = {"role": "user", "content": f"{label}:\n{message['content']}"}
+                message = {"role": "user", "content": joined_content(f"{label}:", message["content"], "\n")}
             elif role == "assistant" and message.get("tool_calls") and not native:
                 calls = self._calls_text(message.pop("tool_calls"))
                 message["content"] = f"{message['content']}\n{calls}".strip()

@@ -27,8 +27,11 @@ def create_adapter(
     family: str,
     tokenizer: Any,
     capabilities: ModelCapabilities | None = None,
+    *,
+    images: bool = False,
 ) -> ModelAdapter:
-    """One adapter for a model being loaded; parsers from a probe override the family defaults."""
+    """One adapter for a model being loaded; parsers from a probe override the family defaults.
+    `images`: a vision model, whose chat template is given image parts."""
     adapter_class = FAMILY_REGISTRY.get(family, DefaultAdapter)
     tool_parser = None
     thinking_parser = None
@@ -36,6 +39,8 @@ def create_adapter(
         tool_parser = resolve_tool_parser(capabilities.tool_parser_id)
     if capabilities is not None and capabilities.thinking_parser_id:
         thinking_parser = resolve_thinking_parser(capabilities.thinking_parser_id)
-    return adapter_class(
+    adapter = adapter_class(
         tokenizer, tool_parser=tool_parser, thinking_parser=thinking_parser, capabilities=capabilities
     )
+    adapter.accepts_images = images
+    return adapter

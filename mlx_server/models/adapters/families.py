@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mlx_server.models.adapters.base import ModelAdapter
+from mlx_server.models.adapters.base import ModelAdapter, joined_content
 from mlx_server.parsers.base import ThinkingParser, ToolCallParser
 from mlx_server.parsers.gemma import Gemma4Parser
 from mlx_server.parsers.glm import Glm4NativeParser
@@ -79,7 +79,7 @@ class GemmaAdapter(FamilyAdapter):
 
     def add_system_text(self, messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
         if messages and messages[0].get("role") == "user":
-            return [{**messages[0], "content": f"{text}\n\n{messages[0]['content']}"}, *messages[1:]]
+            return [{**messages[0], "content": joined_content(text, messages[0]["content"])}, *messages[1:]]
         return [{"role": "user", "content": text}, *messages]
 
 
@@ -95,7 +95,7 @@ class MistralAdapter(FamilyAdapter):
             previous = merged[-1] if merged else None
             mergeable = previous is not None and not message.get("tool_calls") and message["role"] != "tool"
             if mergeable and previous is not None and previous.get("role") == message["role"]:
-                merged[-1] = {**previous, "content": f"{previous['content']}\n\n{message['content']}"}
+                merged[-1] = {**previous, "content": joined_content(previous["content"], message["content"])}
             else:
                 merged.append(message)
         return merged

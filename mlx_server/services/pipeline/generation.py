@@ -8,7 +8,7 @@ match. Admission control bounds how many generations wait for the MLX thread.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,11 +18,13 @@ from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokeni
 
 from mlx_server.config import get_settings
 from mlx_server.errors import APIError
+from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.pipeline.constraints import GrammarProcessor
 from mlx_server.services.pipeline.events import FinishReason, TokenLogprob, Usage
 from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
 from mlx_server.services.pipeline.stop_strings import StopStringFilter
+from mlx_server.services.pipeline.vision import VisionInputs, text_inputs, vision_token_steps
 from mlx_server.utils.metal import stream_on_metal_thread
 
 # Seconds a client told "busy" should wait before retrying.
@@ -154,6 +156,37 @@ def _logprob(tokenizer: object, token: int, logprobs: mx.array, top: int) -> Tok
     return TokenLogprob(token=decode([token]), logprob=chosen, top=alternatives)
 
 
+def _token_stream(
+    loaded: LoadedModel,
+    prompt: list[int],
+    params: GenerationParams,
+    max_tokens: int,
+    constraint: GrammarProcessor | None,
+    vision: VisionInputs | None,
+) -> tuple[Generator[tuple[int, mx.array], None, None], list[Any] | None, int]:
+    """(token, logprobs) pairs from mlx-lm's loop (text models, with the prompt cache: the cache
+    and the tokens it reused) or mlx-vlm's (vision models: images, no prompt cache)."""
+    sampler = make_sampler(params.sampling)
+    # The grammar goes last: penalties and biases must not revive a token it ruled out.
+    processors = make_processors(params.sampling) + ([constraint] if constraint else [])
+    if loaded.model_type is ModelType.VISION:
+        inputs = vision or text_inputs(prompt)
+        steps = vision_token_steps(
+            loaded, inputs, max_tokens=max_tokens, sampler=sampler, logits_processors=processors
+        )
+        return steps, None, 0
+    cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
+    tokens = generate_step(
+        mx.array(prompt[reused:]),
+        loaded.model,
+        max_tokens=max_tokens,
+        sampler=sampler,
+        logits_processors=processors,
+        prompt_cache=cache,
+    )
+    return tokens, cache, reused
+
+
 def _steps(
     loaded: LoadedModel,
     prompt: list[int],
@@ -161,23 +194,15 @@ def _steps(
     max_tokens: int,
     constraint: GrammarProcessor | None,
     stats: CompletionStats,
+    vision: VisionInputs | None = None,
 ) -> Iterator[_Step]:
     """The token loop; runs on the MLX thread, one item per job."""
     tokenizer = loaded.tokenizer
     stop_ids = set(loaded.chat.get_stop_tokens())
     detokenizer: Any = _detokenizer(tokenizer, params.continuation)
-    cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
+    tokens, cache, reused = _token_stream(loaded, prompt, params, max_tokens, constraint, vision)
     stats.cached_prompt_tokens = reused
     fed = list(prompt)  # what the cache has seen (or will have): the prompt, then each token
-    tokens = generate_step(
-        mx.array(prompt[reused:]),
-        loaded.model,
-        max_tokens=max_tokens,
-        sampler=make_sampler(params.sampling),
-        # The grammar goes last: penalties and biases must not revive a token it ruled out.
-        logits_processors=make_processors(params.sampling) + ([constraint] if constraint else []),
-        prompt_cache=cache,
-    )
     failed = False
     try:
         for token, logprobs in tokens:
@@ -198,7 +223,7 @@ def _steps(
         raise
     finally:
         tokens.close()
-        if not failed:
+        if not failed and cache is not None:
             loaded.prompt_cache.give_back(cache, fed)
 
 
@@ -209,6 +234,7 @@ async def generate_text(
     max_tokens: int,
     stats: CompletionStats,
     constraint: GrammarProcessor | None = None,
+    vision: VisionInputs | None = None,
 ) -> AsyncGenerator[GeneratedText, None]:
     """The text of one generation, piece by piece; the last piece carries the finish reason.
 
@@ -219,7 +245,9 @@ async def generate_text(
     first_token_at: float | None = None
     stop_filter = StopStringFilter(params.stop)
     stats.prompt_tokens = len(prompt)
-    steps = stream_on_metal_thread(lambda: _steps(loaded, prompt, params, max_tokens, constraint, stats))
+    steps = stream_on_metal_thread(
+        lambda: _steps(loaded, prompt, params, max_tokens, constraint, stats, vision)
+    )
     try:
         async for step in steps:
             now = time.perf_counter()

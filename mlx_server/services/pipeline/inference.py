@@ -39,6 +39,7 @@ from mlx_server.services.pipeline.generation import (
     generate_text,
 )
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
+from mlx_server.services.pipeline.vision import VisionInputs, request_images, vision_inputs
 
 logger = logging.getLogger("mlx_server.inference")
 
@@ -82,11 +83,11 @@ class EventStream:
 
 
 async def open_model(model_id: str) -> tuple[LoadedModel, Callable[[], None]]:
-    """Admit the request and lease its model; the callable gives both back."""
+    """Admit the request and lease its model (a text or vision model); the callable gives both back."""
     admission.acquire()
     pool = get_model_pool()
     try:
-        loaded = await pool.acquire(model_id, ModelType.TEXT_GEN)
+        loaded = await pool.acquire(model_id, (ModelType.TEXT_GEN, ModelType.VISION))
     except BaseException:
         admission.release()
         raise
@@ -125,6 +126,19 @@ def _chat_prompt(
         raise APIError(400, str(exc), param="messages") from exc
     logger.debug("prompt for %s:\n%s", loaded.model_id, text)
     return text, encode(loaded, text)
+
+
+async def _prompt(
+    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+) -> tuple[str, list[int], VisionInputs | None]:
+    """The prompt text and tokens; for a vision model also its images, processed with the
+    prompt (its tokens then count each image's tokens)."""
+    images = await request_images(loaded, request.images)
+    text, tokens = _chat_prompt(loaded, request, tools)
+    if loaded.model_type is not ModelType.VISION:
+        return text, tokens, None
+    vision = await vision_inputs(loaded, text, images)
+    return text, vision.input_ids, vision
 
 
 def max_tokens_for(
@@ -215,7 +229,7 @@ async def generate_chat_completion(
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        prompt_text, prompt = _chat_prompt(loaded, request, shown_tools)
+        prompt_text, prompt, vision = await _prompt(loaded, request, shown_tools)
         max_tokens = max_tokens_for(
             loaded,
             len(prompt),
@@ -238,7 +252,7 @@ async def generate_chat_completion(
         constrained_calls=constrained_calls,
     )
     params = _under_grammar(request.params) if constraint is not None else request.params
-    pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint)
+    pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint, vision)
     return EventStream(_chat_events(pieces, turn, stats), release)
 
 
@@ -278,7 +292,7 @@ async def count_chat_tokens(request: GenerationRequest) -> int:
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        return len(_chat_prompt(loaded, request, shown_tools)[1])
+        return len((await _prompt(loaded, request, shown_tools))[1])
     finally:
         release()
 

@@ -5,10 +5,45 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_server.errors import APIError
 from mlx_server.services.pipeline.generation import GenerationParams
 from mlx_server.services.pipeline.structured_output import OutputFormat
 
 ToolChoice = str | dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """One image of a chat: a `data:` or http(s) URL, in the order the conversation shows it.
+    OpenAI `image_url` parts and Anthropic `image` blocks (base64 as a data: URL) both become
+    this; `detail` is OpenAI's hint, kept for the record (the model's processor decides the
+    resolution)."""
+
+    url: str
+    detail: str | None = None
+
+
+def image_parts(messages: list[dict[str, Any]]) -> tuple[ImagePart, ...]:
+    """The images of OpenAI-format messages, in order; a malformed image part is a 400 naming it."""
+    images: list[ImagePart] = []
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for position, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "image_url":
+                continue
+            image_url = part.get("image_url")
+            url = image_url.get("url") if isinstance(image_url, dict) else image_url
+            if not isinstance(url, str) or not url:
+                raise APIError(
+                    400,
+                    'An image_url part needs {"image_url": {"url": "data:image/png;base64,..." or "https://..."}}.',
+                    param=f"messages[{index}].content[{position}].image_url",
+                )
+            detail = image_url.get("detail") if isinstance(image_url, dict) else None
+            images.append(ImagePart(url=url, detail=detail if isinstance(detail, str) else None))
+    return tuple(images)
 
 
 @dataclass(frozen=True)
@@ -29,6 +64,10 @@ class GenerationRequest:
     output_format: OutputFormat | None = None
     enable_thinking: bool | None = None
 
+    # The images of `messages`, in order (filled from them; a vision model reads them).
+    images: tuple[ImagePart, ...] = field(init=False, default=())
+
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
             raise ValueError("A GenerationRequest has either messages (chat) or a prompt (completion).")
+        object.__setattr__(self, "images", image_parts(self.messages or []))

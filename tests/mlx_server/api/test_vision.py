@@ -1,0 +1,187 @@
+"""Images on every protocol, with the real openai and anthropic SDKs and a tiny random-weight
+Qwen2.5-VL built from mlx-vlm's classes (tests/fixtures/tiny_vision_model.py)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+from sqlmodel import Session
+
+from mlx_server.database import get_engine, upgrade_database
+from mlx_server.records import ModelRecord, ModelSource
+
+VISION = "tiny-vl"
+QUESTION = "What is in this picture?"
+
+
+def png(color: tuple[int, int, int], size: int = 112) -> bytes:
+    out = io.BytesIO()
+    image = Image.new("RGB", (size, size), color)
+    image.putpixel((0, 0), (color[2], color[0], color[1]))  # not uniform: the patches differ
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+def data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+RED, BLUE = png((220, 30, 30)), png((30, 30, 220))
+
+
+def image_message(*urls: str, text: str = QUESTION) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    return {"role": "user", "content": [*parts, {"type": "text", "text": text}]}
+
+
+@pytest.fixture
+def vision_app(home: Path, tiny_vision_dir: Path, smollm_dir: Path) -> Iterator[TestClient]:
+    """The app with the tiny vision model as "tiny-vl" and SmolLM2 (text only) as "smol"."""
+    from mlx_manager.main import create_app
+
+    upgrade_database()
+    with Session(get_engine()) as session:
+        session.add(ModelRecord(id=VISION, source=ModelSource.LOCAL, path=str(tiny_vision_dir)))
+        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
+        session.commit()
+    with TestClient(create_app()) as client:
+        yield client
+
+
+@pytest.fixture
+def sdk(vision_app: TestClient) -> openai.OpenAI:
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=vision_app, max_retries=0)
+
+
+@pytest.fixture
+def claude(vision_app: TestClient) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url="http://testserver", api_key="x", http_client=vision_app, max_retries=0
+    )
+
+
+def chat(sdk: openai.OpenAI, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    args: dict[str, Any] = {"model": VISION, "messages": messages, "temperature": 0, "max_tokens": 3}
+    return sdk.chat.completions.create(**{**args, **kwargs})
+
+
+def test_data_url_image_counts_its_tokens_and_streams(sdk: openai.OpenAI) -> None:
+    text_only = chat(sdk, [{"role": "user", "content": QUESTION}])
+    with_image = chat(sdk, [image_message(data_url(RED))])
+    assert with_image.choices[0].message.role == "assistant"
+    # 112x112 pixels: 8x8 patches of 14, merged 2x2 -> 16 image tokens (+ the two vision markers).
+    assert with_image.usage.prompt_tokens == text_only.usage.prompt_tokens + 16 + 2
+    chunks = list(
+        chat(sdk, [image_message(data_url(RED))], stream=True, stream_options={"include_usage": True})
+    )
+    assert any(c.choices and c.choices[0].delta.content for c in chunks)
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == with_image.usage.prompt_tokens
+
+
+def top_logprobs(sdk: openai.OpenAI, *urls: str) -> list[tuple[str, float]]:
+    reply = chat(sdk, [image_message(*urls)], max_tokens=1, logprobs=True, top_logprobs=5)
+    return [(t.token, t.logprob) for t in reply.choices[0].logprobs.content[0].top_logprobs]
+
+
+def test_the_image_reaches_the_model(sdk: openai.OpenAI) -> None:
+    red = top_logprobs(sdk, data_url(RED))
+    assert top_logprobs(sdk, data_url(RED)) == red
+    assert top_logprobs(sdk, data_url(BLUE)) != red
+
+
+def test_several_images_across_the_conversation(sdk: openai.OpenAI) -> None:
+    one = chat(sdk, [image_message(data_url(RED))])
+    messages = [
+        image_message(data_url(RED), data_url(BLUE)),
+        {"role": "assistant", "content": "Two squares."},
+        image_message(data_url(png((10, 200, 10), 56)), text="And this one?"),
+    ]
+    many = chat(sdk, messages)
+    assert many.usage.prompt_tokens > one.usage.prompt_tokens + 16 + 4
+
+
+class _ImageHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(BLUE)))
+        self.end_headers()
+        self.wfile.write(BLUE)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def image_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A PNG served on 127.0.0.1, which the fetch policy refuses unless this setting allows it."""
+    monkeypatch.setenv("MLX_SERVER_IMAGE_FETCH_ALLOW_PRIVATE_ADDRESSES", "true")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ImageHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/blue.png"
+    server.shutdown()
+
+
+def test_http_image_url_streams(image_url: str, sdk: openai.OpenAI) -> None:
+    chunks = list(chat(sdk, [image_message(image_url)], stream=True))
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert top_logprobs(sdk, image_url) == top_logprobs(sdk, data_url(BLUE))
+
+
+def test_loopback_url_is_refused_by_default(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        chat(sdk, [image_message("http://127.0.0.1:9/x.png")])
+    assert "Image 1 was refused" in error.value.message
+
+
+def test_text_model_given_an_image_is_a_400_naming_it(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        chat(sdk, [image_message(data_url(RED))], model="smol")
+    assert "'smol'" in error.value.message and "vision" in error.value.message
+
+
+def test_anthropic_base64_image_block(claude: anthropic.Anthropic) -> None:
+    block = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(RED).decode()},
+    }
+    messages: Any = [{"role": "user", "content": [block, {"type": "text", "text": QUESTION}]}]
+    reply = claude.messages.create(model=VISION, max_tokens=3, messages=messages)
+    assert reply.role == "assistant" and reply.usage.output_tokens >= 1
+    count = claude.messages.count_tokens(model=VISION, messages=messages)
+    text_count = claude.messages.count_tokens(model=VISION, messages=[{"role": "user", "content": QUESTION}])
+    assert count.input_tokens == reply.usage.input_tokens == text_count.input_tokens + 16 + 2
+    with claude.messages.stream(model=VISION, max_tokens=3, messages=messages) as stream:
+        assert stream.get_final_message().stop_reason in ("end_turn", "max_tokens")
+
+
+def test_vision_model_calls_a_required_tool(sdk: openai.OpenAI) -> None:
+    """The call grammar is a logits processor, which mlx-vlm's loop takes: even random weights
+    write a well-formed call."""
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "describe",
+            "parameters": {
+                "type": "object",
+                "properties": {"colour": {"type": "string", "maxLength": 8}},
+                "required": ["colour"],
+            },
+        },
+    }
+    reply = chat(sdk, [image_message(data_url(RED))], tools=[tool], tool_choice="required", max_tokens=40)
+    calls = reply.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "describe"
+    assert isinstance(json.loads(calls[0].function.arguments)["colour"], str)
