@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from sqlmodel import Session
 
-from mlx_server.database import get_engine, upgrade_database
+from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord, ModelSource
 
 VISION = "tiny-vl"
@@ -47,17 +47,12 @@ def image_message(*urls: str, text: str = QUESTION) -> dict[str, Any]:
 
 
 @pytest.fixture
-def vision_app(home: Path, tiny_vision_dir: Path, smollm_dir: Path) -> Iterator[TestClient]:
-    """The app with the tiny vision model as "tiny-vl" and SmolLM2 (text only) as "smol"."""
-    from mlx_manager.main import create_app
-
-    upgrade_database()
+def vision_app(smol_app: TestClient, tiny_vision_dir: Path) -> TestClient:
+    """The app with SmolLM2 (text only) as "smol" and the tiny vision model as "tiny-vl"."""
     with Session(get_engine()) as session:
         session.add(ModelRecord(id=VISION, source=ModelSource.LOCAL, path=str(tiny_vision_dir)))
-        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
         session.commit()
-    with TestClient(create_app()) as client:
-        yield client
+    return smol_app
 
 
 @pytest.fixture
@@ -88,6 +83,13 @@ def test_data_url_image_counts_its_tokens_and_streams(sdk: openai.OpenAI) -> Non
     )
     assert any(c.choices and c.choices[0].delta.content for c in chunks)
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == with_image.usage.prompt_tokens
+    conversation = [
+        image_message(data_url(RED), data_url(BLUE)),
+        {"role": "assistant", "content": "Two squares."},
+        image_message(data_url(png((10, 200, 10), 56)), text="And this one?"),
+    ]
+    # Three images in two turns: 16 + 16 + 4 image tokens, each between its two markers.
+    assert chat(sdk, conversation).usage.prompt_tokens > with_image.usage.prompt_tokens + 16 + 4 + 4
 
 
 def top_logprobs(sdk: openai.OpenAI, *urls: str) -> list[tuple[str, float]]:
@@ -99,17 +101,6 @@ def test_the_image_reaches_the_model(sdk: openai.OpenAI) -> None:
     red = top_logprobs(sdk, data_url(RED))
     assert top_logprobs(sdk, data_url(RED)) == red
     assert top_logprobs(sdk, data_url(BLUE)) != red
-
-
-def test_several_images_across_the_conversation(sdk: openai.OpenAI) -> None:
-    one = chat(sdk, [image_message(data_url(RED))])
-    messages = [
-        image_message(data_url(RED), data_url(BLUE)),
-        {"role": "assistant", "content": "Two squares."},
-        image_message(data_url(png((10, 200, 10), 56)), text="And this one?"),
-    ]
-    many = chat(sdk, messages)
-    assert many.usage.prompt_tokens > one.usage.prompt_tokens + 16 + 4
 
 
 class _ImageHandler(BaseHTTPRequestHandler):
@@ -140,13 +131,10 @@ def test_http_image_url_streams(image_url: str, sdk: openai.OpenAI) -> None:
     assert top_logprobs(sdk, image_url) == top_logprobs(sdk, data_url(BLUE))
 
 
-def test_loopback_url_is_refused_by_default(sdk: openai.OpenAI) -> None:
+def test_refusals_are_400s_saying_why(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as error:
-        chat(sdk, [image_message("http://127.0.0.1:9/x.png")])
+        chat(sdk, [image_message("http://127.0.0.1:9/x.png")])  # loopback, refused by default
     assert "Image 1 was refused" in error.value.message
-
-
-def test_text_model_given_an_image_is_a_400_naming_it(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         chat(sdk, [image_message(data_url(RED))], model="smol")
     assert "'smol'" in error.value.message and "vision" in error.value.message
