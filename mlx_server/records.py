@@ -92,6 +92,8 @@ class AuditLog(SQLModel, table=True):
     stream: bool | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Seconds of audio spoken (/v1/audio/speech) or heard (/v1/audio/transcriptions).
+    audio_seconds: float | None = None
     error: str | None = None
     # The generation parameters the client set (temperature, max_tokens, ...); never the prompt.
     parameters: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))

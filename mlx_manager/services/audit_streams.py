@@ -31,7 +31,8 @@ from mlx_server.facade import AuditFilter, AuditLog, audit_service, get_engine, 
 
 CSV_COLUMNS = (
     "id", "request_id", "created_at", "endpoint", "model", "status", "latency_ms", "ttft_ms",
-    "protocol", "stream", "prompt_tokens", "completion_tokens", "error", "parameters", "key_name",
+    "protocol", "stream", "prompt_tokens", "completion_tokens", "audio_seconds", "error", "parameters",
+    "key_name",
 )  # fmt: skip
 # Rows per live-tail event; a burst larger than this goes out as several events.
 TAIL_BATCH = 50

@@ -75,6 +75,7 @@ class AuditDetails:
     ttft_ms: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    audio_seconds: float | None = None
     error: str | None = None
     parameters: dict[str, Any] | None = None
     # The API key's name (set by api/key_middleware.py when the request was admitted with a key).
@@ -256,6 +257,7 @@ class _Exchange:
                     stream=details.stream,
                     prompt_tokens=details.prompt_tokens,
                     completion_tokens=details.completion_tokens,
+                    audio_seconds=details.audio_seconds,
                     error=error[:_MAX_ERROR_CHARS] if error else None,
                     parameters=details.parameters,
                     key_name=details.key_name,
