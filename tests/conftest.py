@@ -79,6 +79,14 @@ def smollm(smollm_dir: Path) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="session")
+def tiny_tts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random-weight KittenTTS directory (tests/fixtures/tiny_tts_model.py), built once."""
+    from tests.fixtures.tiny_tts_model import build_tiny_tts_model
+
+    return build_tiny_tts_model(tmp_path_factory.mktemp("models") / "tiny-tts")
+
+
+@pytest.fixture(scope="session")
 def tiny_vision_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
     """A tiny random-weight Qwen2.5-VL directory (tests/fixtures/tiny_vision_model.py), ~2 s."""
     from tests.fixtures.tiny_vision_model import build_tiny_vision_model

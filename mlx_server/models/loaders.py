@@ -27,6 +27,7 @@ from mlx_server.models.detection import (
 )
 from mlx_server.models.embedding_profile import EmbeddingProfile
 from mlx_server.models.prompt_cache import PromptCache
+from mlx_server.models.speech_profile import SpeechProfile
 from mlx_server.records import ModelCapabilities, ModelRecord
 from mlx_server.utils.memory import active_memory_bytes
 
@@ -65,6 +66,8 @@ class LoadedModel:
     prompt_cache: PromptCache = field(default_factory=PromptCache.from_settings)
     # Embeddings: pooling, normalization, dimensions and the longest input.
     embedding: EmbeddingProfile | None = None
+    # Text to speech: sample rate and voices.
+    speech: SpeechProfile | None = None
     # Vision: mlx-vlm's processor (image preprocessing + tokenizer); `tokenizer` wraps its
     # tokenizer the way mlx-lm does, so the text pipeline (templates, parsers) is the same.
     processor: Any = None
@@ -167,10 +170,37 @@ def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
     return loaded
 
 
+def _load_speech_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_audio.tts.utils import load
+
+    # mlx-audio picks the family from config.json's model_type; a Path (not a str) is never
+    # looked up on the hub.
+    loaded = _measured_load(spec, lambda path: (load(Path(path)), None))
+    loaded.speech = SpeechProfile.read(loaded.model, spec.path)
+    return loaded
+
+
+def _load_transcription_model(spec: ModelSpec) -> LoadedModel:
+    import mlx.core as mx
+    from mlx_audio.stt.utils import load_model
+
+    def load(path: str) -> tuple[Any, None]:
+        model = load_model(Path(path))  # a Path is never looked up on the hub
+        if not mx.metal.is_available() and getattr(model, "dtype", None) == mx.float16:
+            # On a CPU-only MLX build half-precision matmuls run several times slower.
+            model.set_dtype(mx.float32)
+            model.dtype = mx.float32
+        return model, None
+
+    return _measured_load(spec, load)
+
+
 LOADERS: dict[ModelType, Callable[[ModelSpec], LoadedModel]] = {
     ModelType.TEXT_GEN: _load_text_model,
     ModelType.EMBEDDINGS: _load_embedding_model,
     ModelType.VISION: _load_vision_model,
+    ModelType.SPEECH_TO_TEXT: _load_transcription_model,
+    ModelType.TEXT_TO_SPEECH: _load_speech_model,
 }
 
 # The endpoint that serves each type, for errors that send a request to the right one.

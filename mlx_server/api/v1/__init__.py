@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from mlx_server.api.v1 import admin, chat, completions, embeddings, messages, models
+from mlx_server.api.v1 import admin, chat, completions, embeddings, messages, models, speech
 
 router = APIRouter()
 router.include_router(models.router)
@@ -10,4 +10,5 @@ router.include_router(chat.router)
 router.include_router(completions.router)
 router.include_router(messages.router)
 router.include_router(embeddings.router)
+router.include_router(speech.router)
 router.include_router(admin.router)

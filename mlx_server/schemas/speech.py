@@ -1,0 +1,23 @@
+"""OpenAI speech types (POST /v1/audio/speech)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+
+
+class SpeechRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    # Its length is checked by the service, whose 400 says how to split a long text.
+    input: str
+    voice: str
+    # OpenAI's range: a quarter of normal speed to four times it.
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    response_format: ResponseFormat = "mp3"
+    # OpenAI's voice direction for its gpt-4o voices; no local model reads it.
+    instructions: str | None = None
