@@ -35,11 +35,13 @@ DEFAULT_AUTHOR = "mlx-community"
 DEFAULT_CONTEXT_TOKENS = 4096
 SEARCH_LIMIT = 30
 SearchSort = Literal["downloads", "likes", "recent"]
-# The model type filter, as the hub's pipeline tags: embedding models carry either of two.
-SearchType = Literal["", "text-gen", "embeddings"]
+# The model type filter, as the hub's pipeline tags: embedding models carry either of two,
+# vision chat models (Qwen2.5-VL, Gemma 3, SmolVLM...) image-text-to-text.
+SearchType = Literal["", "text-gen", "vision", "embeddings"]
 PIPELINE_TAGS: dict[SearchType, tuple[str | None, ...]] = {
     "": (None,),
     "text-gen": ("text-generation",),
+    "vision": ("image-text-to-text",),
     "embeddings": ("feature-extraction", "sentence-similarity"),
 }
 # The hub listing's sort keys.

@@ -68,6 +68,14 @@ def read_config(model_path: Path) -> dict[str, Any]:
 
 
 def read_chat_template(model_path: Path) -> str:
+    """The template the model's loader uses: a vision processor's chat_template.json first (as
+    mlx-vlm reads it), then tokenizer_config.json, then chat_template.jinja."""
+    try:
+        processor_template = json.loads((model_path / "chat_template.json").read_text()).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        processor_template = None
+    if isinstance(processor_template, str):
+        return processor_template
     try:
         tokenizer_config = json.loads((model_path / "tokenizer_config.json").read_text())
     except (OSError, ValueError):
@@ -79,6 +87,21 @@ def read_chat_template(model_path: Path) -> str:
     return jinja.read_text() if jinja.is_file() else ""
 
 
+def has_image_processor(model_path: Path) -> bool:
+    """Whether the directory carries an image processor config (preprocessor_config.json or
+    processor_config.json naming an image processor or image normalization), as vision models do."""
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        try:
+            data = json.loads((model_path / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("image_processor"), dict):
+            data = data["image_processor"]
+        if isinstance(data, dict) and ("image_processor_type" in data or "image_mean" in data):
+            return True
+    return False
+
+
 def detect_model_type(model_path: Path, config: dict[str, Any] | None = None) -> ModelType:
     config = read_config(model_path) if config is None else config
     model_type = str(config.get("model_type", "")).lower()
@@ -88,6 +111,8 @@ def detect_model_type(model_path: Path, config: dict[str, Any] | None = None) ->
     if model_type in _TTS_MODEL_TYPES:
         return ModelType.TEXT_TO_SPEECH
     if "vision_config" in config or any("VisionText" in a or "VL" in a for a in architectures):
+        return ModelType.VISION
+    if has_image_processor(model_path):
         return ModelType.VISION
     if (model_path / "modules.json").is_file() or any(a in _EMBEDDING_ARCHITECTURES for a in architectures):
         return ModelType.EMBEDDINGS

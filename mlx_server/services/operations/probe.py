@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from jinja2 import TemplateError
@@ -30,6 +30,7 @@ from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.records import ModelCapabilities
 from mlx_server.services.operations.probe_embeddings import probe_embedding_model
+from mlx_server.services.operations.probe_vision import check_images
 from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
 from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
 from mlx_server.services.pipeline.sampling import SamplingParams
@@ -55,6 +56,8 @@ THINKING_MAX_TOKENS = 32
 
 StepStatus = Literal["running", "ok", "failed", "skipped"]
 STEP_NAMES = ("detect", "load", "native_tools", "tool_calls", "thinking", "max_tokens", "save", "unload")
+# A vision model's probe also passes images through its processor and model before saving.
+VISION_STEP_NAMES = (*STEP_NAMES[:-2], "vision", *STEP_NAMES[-2:])
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class _Findings:
     default_tool_parser_id: str
     thinking_parser_id: str
     practical_max_tokens: int | None
+    supports_multi_image: bool | None = None  # vision models only
 
 
 _running: set[str] = set()
@@ -145,10 +149,10 @@ async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
         spec = read_spec(model_id)  # ModelNotFoundError, or missing files, before anything loads
         model_type = detect_model_type(spec.path, spec.config)
         family = detect_model_family(model_id, spec.config, read_chat_template(spec.path))
-        if model_type not in (ModelType.TEXT_GEN, ModelType.EMBEDDINGS):
+        if model_type not in (ModelType.TEXT_GEN, ModelType.VISION, ModelType.EMBEDDINGS):
             raise APIError(
                 400,
-                f"{model_id!r} is of type {model_type}; the probe runs text-generation and "
+                f"{model_id!r} is of type {model_type}; the probe runs text-generation, vision and "
                 "embedding models only.",
                 param="model",
                 code="model_type_unsupported",
@@ -165,6 +169,10 @@ async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
         outcome.detail = "already loaded" if was_loaded else f"loaded in {elapsed:.1f} s"
     try:
         findings = await _examine(loaded, family, pool.budget_bytes, steps)
+        if model_type is ModelType.VISION:
+            with steps.step("vision") as outcome:
+                multi_image, outcome.detail = await check_images(loaded)
+            findings = replace(findings, supports_multi_image=multi_image)
     except BaseException:
         release()
         await _unload(pool, loaded, was_loaded, None, steps)
@@ -334,6 +342,7 @@ def _save(model_id: str, model_type: ModelType, family: str, findings: _Findings
             supports_thinking=findings.thinking_parser_id != "null",
             tool_format=("native" if findings.native_tools else "injection") if tools_work else None,
             practical_max_tokens=findings.practical_max_tokens,
+            supports_multi_image=findings.supports_multi_image,
         )
 
 

@@ -14,6 +14,7 @@ from tests.hub_server import HubRepo, HubServer
 
 GIB = 1024**3
 MINILM, BGE = "mlx-community/all-MiniLM-L6-v2-bf16", "mlx-community/bge-small-en-v1.5-bf16"
+QWEN_VL = "mlx-community/Qwen2.5-VL-3B-Instruct-4bit"
 
 
 @pytest.fixture
@@ -53,3 +54,15 @@ def test_the_search_form_offers_the_type_and_the_results_follow_it(
     assert '<option value="embeddings" selected>Embeddings</option>' in form
     assert re.findall(r'data-repo-id="([^"]+)"', form) == [BGE, MINILM]
     assert client.get("/hub/search", params={"model_type": "audio"}).status_code == 422
+
+
+def test_vision_asks_the_hub_for_image_text_to_text(
+    hub_cache: Path, typed_hub: HubServer, client: TestClient
+) -> None:
+    typed_hub.repos[QWEN_VL] = HubRepo(
+        QWEN_VL, [CONFIG_ONLY], pipeline_tag="image-text-to-text", tags=["mlx", "image-text-to-text"]
+    )
+    form = client.get("/models", params={"q": "", "model_type": "vision"}).text
+    assert '<option value="vision" selected>Vision (image-text-to-text)</option>' in form
+    assert re.findall(r'data-repo-id="([^"]+)"', form) == [QWEN_VL]
+    assert QWEN_VL not in _ids(typed_hub, hub_cache.parent, model_type="text-gen")
