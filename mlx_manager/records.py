@@ -53,6 +53,9 @@ class ConversationMessage(SQLModel, table=True):
     tool_calls: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
     tool_call_id: str | None = Field(default=None, max_length=128)
     stats: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # Attached images: [{"sha256", "media_type", "width", "height"}], their bytes in the home
+    # directory's chat-images/ (services/chat_images.py).
+    images: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
     # Stored as its value ("running"), like DownloadJob.status.
     status: MessageStatus = Field(default=MessageStatus.DONE, sa_type=String(16), index=True)
     created_at: datetime = Field(default_factory=utcnow)

@@ -44,6 +44,7 @@ from mlx_server.records import (
     ModelSource,
     utcnow,
 )
+from mlx_server.services.images import ImageRejected, LoadedImage, decode_image_data
 from mlx_server.services.operations.api_keys import (
     ApiKeyError,
     KeyState,
@@ -158,7 +159,9 @@ __all__ = [
     "GenerationParams",
     "GenerationRequest",
     "GuardPolicy",
+    "ImageRejected",
     "KeyState",
+    "LoadedImage",
     "MLXServerSettings",
     "ModelCapabilities",
     "ModelNotFoundError",
@@ -196,6 +199,7 @@ __all__ = [
     "create_embeddings",
     "create_server_app",
     "database_status",
+    "decode_image_data",
     "default_max_tokens_setting",
     "default_whisper_dir",
     "delete_override",

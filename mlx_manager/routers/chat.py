@@ -1,15 +1,16 @@
 """Chat playground pages: a new chat ready to type, the conversation view, the sidebar's list
-(rename, delete), system prompt presets, and exports. Turns are in chat_stream.py."""
+(rename, delete), system prompt presets, exports and attached images. Turns are in chat_stream.py."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
 from mlx_manager.deps import SQLITE_MAX_INT, RowId, SessionDep
 from mlx_manager.records import Conversation
+from mlx_manager.services.chat_images import image_file
 from mlx_manager.services.chat_jobs import get_chat_jobs
 from mlx_manager.services.chat_view import chat_response
 from mlx_manager.services.conversations import (
@@ -74,6 +75,16 @@ def delete(request: Request, session: SessionDep, conversation_id: RowId) -> Res
     delete_conversation(session, found)
     get_chat_jobs().forget(conversation_id)
     return RedirectResponse("/chat", status_code=303)
+
+
+@router.get("/images/{sha256}")
+def image(sha256: str) -> Response:
+    """An image attached to a message (named by the sha256 of its bytes, so it never changes)."""
+    found = image_file(sha256)
+    if found is None:
+        return PlainTextResponse("There is no such image; it went with the last message attaching it.", 404)
+    headers = {"Cache-Control": "private, max-age=31536000, immutable", "X-Content-Type-Options": "nosniff"}
+    return FileResponse(found[0], media_type=found[1], headers=headers)
 
 
 @router.get("/{conversation_id}/export.{kind}")

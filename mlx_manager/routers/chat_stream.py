@@ -17,10 +17,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import escape
 from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 
 from mlx_manager.deps import RowId
 from mlx_manager.records import Conversation
+from mlx_manager.services.chat_images import remove_unreferenced, store_images, vision_model_ids
 from mlx_manager.services.chat_jobs import ChatJob, RunningError, follow, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
 from mlx_manager.services.chat_runner import manual_result, run_turn
@@ -50,9 +51,11 @@ STOP_SECONDS = 10  # a stopped reply ends within a token; the answer shows it sa
 async def send_first(request: Request) -> Response:
     """The first message of a new chat: the conversation is created with it."""
     form = await request.form()
+    uploads = await _uploads(form)
     with Session(get_engine(), expire_on_commit=False) as session:
         try:
-            options, model_id, content = _composer(session, form)
+            options, model_id, content = _composer(session, form, uploads)
+            images = store_images(uploads)
         except (FormError, OptionsError) as exc:
             return chat_response(
                 request, session, None, error=str(exc), status=400, draft=_text(form, "content")
@@ -63,7 +66,7 @@ async def send_first(request: Request) -> Response:
             system_prompt=_text(form, "system_prompt") or None,
             parameters=options.stored(),
         )
-        add_message(session, conversation, "user", content)
+        add_message(session, conversation, "user", content, images=images or None)
         assert conversation.id is not None
         _start(conversation.id, options)
     # A new page (its URL, title and sidebar entry): htmx follows the redirect like a link.
@@ -73,14 +76,16 @@ async def send_first(request: Request) -> Response:
 @router.post("/{conversation_id}/send", response_class=HTMLResponse)
 async def send(request: Request, conversation_id: RowId) -> Response:
     form = await request.form()
+    uploads = await _uploads(form)
 
     def act(session: Session, conversation: Conversation) -> ChatOptions:
-        options, model_id, content = _composer(session, form)
+        options, model_id, content = _composer(session, form, uploads)
+        images = store_images(uploads)
         system_prompt = _text(form, "system_prompt")
         update_settings(
             session, conversation, model_id=model_id, system_prompt=system_prompt, parameters=options.stored()
         )
-        add_message(session, conversation, "user", content)
+        add_message(session, conversation, "user", content, images=images or None)
         return options
 
     return _when_idle(request, conversation_id, act, draft=_text(form, "content"))
@@ -106,10 +111,11 @@ async def edit(request: Request, conversation_id: RowId, position: RowId) -> Res
         target = next((m for m in messages_of(session, conversation_id) if m.position == position), None)
         if target is None or target.role != "user":
             raise ConversationError("Only your own messages can be edited.")
-        if not content:
+        if not content and not target.images:
             raise ConversationError("An edited message cannot be empty.")
-        rewind_to(session, conversation, position)
-        add_message(session, conversation, "user", content)
+        dropped = rewind_to(session, conversation, position)
+        add_message(session, conversation, "user", content, images=target.images)  # images kept
+        remove_unreferenced(session, dropped)
         return ChatOptions.from_stored(conversation.parameters)
 
     return _when_idle(request, conversation_id, act)
@@ -165,16 +171,29 @@ async def events(request: Request, conversation_id: RowId) -> Response:
 # --- Helpers ---
 
 
-def _composer(session: Session, form: FormData) -> tuple[ChatOptions, str, str]:
+def _composer(
+    session: Session, form: FormData, uploads: list[tuple[str, bytes]]
+) -> tuple[ChatOptions, str, str]:
     """The composer's options, model and message; FormError says what to fix."""
     options = options_from_form(form)
     model_id = _text(form, "model_id")
-    if get_model(session, model_id) is None:
+    record = get_model(session, model_id)
+    if record is None:
         raise FormError(f"There is no model {model_id!r}; pick one from the list.")
+    if uploads and not vision_model_ids(session, [record]):
+        raise FormError(
+            f"The model {model_id} reads text only, not images: pick a vision model or remove the images."
+        )
     content = _text(form, "content").strip()
-    if not content:
+    if not content and not uploads:
         raise FormError("Type a message first.")
     return options, model_id, content
+
+
+async def _uploads(form: FormData) -> list[tuple[str, bytes]]:
+    """The images attached in the composer (an empty file field sends a nameless empty part)."""
+    files = [value for value in form.getlist("images") if isinstance(value, UploadFile)]
+    return [(file.filename or "", await file.read()) for file in files if file.filename or file.size]
 
 
 def _when_idle(

@@ -11,6 +11,7 @@ from fastapi.responses import HTMLResponse
 from sqlmodel import Session
 
 from mlx_manager.records import Conversation, ConversationMessage
+from mlx_manager.services.chat_images import vision_model_ids
 from mlx_manager.services.chat_jobs import ChatJob, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions
 from mlx_manager.services.chat_tools import BUILTIN_TOOLS
@@ -34,6 +35,7 @@ def page_context(session: Session, conversation: Conversation | None) -> dict[st
     return {
         "conversations": list_conversations(session),
         "models": models,
+        "vision_models": vision_model_ids(session, models),
         "thinking_toggle": _thinking_toggle(models, shown),
         "options": ChatOptions.from_stored(shown.parameters),
         "builtin_tools": BUILTIN_TOOLS,

@@ -9,6 +9,7 @@ from typing import Any
 from sqlmodel import Session, col, delete, func, select, update
 
 from mlx_manager.records import Conversation, ConversationMessage, MessageStatus
+from mlx_manager.services.chat_images import attached, data_url, remove_unreferenced
 from mlx_manager.services.chat_options import ChatOptions
 from mlx_manager.services.settings_store import get_chat_defaults
 from mlx_server.facade import utcnow
@@ -69,12 +70,14 @@ def rename_conversation(session: Session, conversation: Conversation, title: str
 
 
 def delete_conversation(session: Session, conversation: Conversation) -> None:
+    images = attached(messages_of(session, conversation.id)) if conversation.id else set()
     # Explicit: SQLite enforces ON DELETE CASCADE only with a per-connection pragma.
     session.exec(
         delete(ConversationMessage).where(col(ConversationMessage.conversation_id) == conversation.id)
     )
     session.delete(conversation)
     session.commit()
+    remove_unreferenced(session, images)
 
 
 def update_settings(
@@ -143,8 +146,11 @@ def mark_interrupted(session: Session) -> int:
     return int(count or 0)
 
 
-def rewind_to(session: Session, conversation: Conversation, position: int) -> None:
-    """Drop every message from `position` on (regenerate, edit and resend)."""
+def rewind_to(session: Session, conversation: Conversation, position: int) -> set[str]:
+    """Drop every message from `position` on (regenerate, edit and resend); returns the images
+    they attached (for remove_unreferenced once the caller has stored what it keeps)."""
+    assert conversation.id is not None
+    images = attached([m for m in messages_of(session, conversation.id) if m.position >= position])
     session.exec(
         delete(ConversationMessage).where(
             col(ConversationMessage.conversation_id) == conversation.id,
@@ -152,6 +158,7 @@ def rewind_to(session: Session, conversation: Conversation, position: int) -> No
         )
     )
     session.commit()
+    return images
 
 
 def last_user_position(messages: list[ConversationMessage]) -> int:
@@ -170,6 +177,8 @@ def pipeline_messages(
         result.append({"role": "system", "content": conversation.system_prompt})
     for message in messages:
         entry: dict[str, Any] = {"role": message.role, "content": message.content}
+        if message.images:
+            entry["content"] = _with_images(message)
         if message.role == "assistant":
             if message.tool_calls:
                 entry["tool_calls"] = message.tool_calls
@@ -180,6 +189,18 @@ def pipeline_messages(
             entry["tool_call_id"] = message.tool_call_id
         result.append(entry)
     return result
+
+
+def _with_images(message: ConversationMessage) -> list[dict[str, Any]]:
+    """OpenAI content parts: the images (as data: URLs) before the text, as the composer shows them."""
+    parts: list[dict[str, Any]] = []
+    for image in message.images or []:
+        url = data_url(image)
+        if url is None:
+            parts.append({"type": "text", "text": "(An attached image is missing from the home directory.)"})
+        else:
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return [*parts, {"type": "text", "text": message.content}]
 
 
 def pending_tool_calls(messages: list[ConversationMessage]) -> list[dict[str, Any]]:
@@ -213,6 +234,7 @@ def export_json(conversation: Conversation, messages: list[ConversationMessage])
                 "reasoning": m.reasoning,
                 "tool_calls": m.tool_calls,
                 "tool_call_id": m.tool_call_id,
+                "images": [{**image, "url": data_url(image)} for image in m.images or []],
                 "stats": m.stats,
                 "status": m.status,
                 "created_at": m.created_at.isoformat(),
@@ -232,6 +254,8 @@ def export_markdown(conversation: Conversation, messages: list[ConversationMessa
             lines += [f"### Tool result ({message.tool_call_id})", "", "```", message.content, "```", ""]
             continue
         lines += [f"## {message.role.capitalize()}", ""]
+        for number, image in enumerate(message.images or [], start=1):
+            lines += [f"![Image {number} ({image['width']}x{image['height']})]({data_url(image) or ''})", ""]
         if message.reasoning:
             quoted = "\n".join(f"> {line}" for line in message.reasoning.splitlines())
             lines += ["<details><summary>Reasoning</summary>", "", quoted, "", "</details>", ""]

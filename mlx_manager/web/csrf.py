@@ -4,7 +4,8 @@ Every dashboard response makes sure the browser holds a random token in the `mlx
 cookie (SameSite=Strict). A state-changing request (POST, PUT, PATCH, DELETE) outside the
 API must send the same token back, in the `X-CSRF-Token` header (htmx does, see
 base.html's `hx-headers`) or in a `csrf_token` form field (plain forms). Another site can
-make the browser send the cookie, but cannot read it to copy it into the request.
+make the browser send the cookie, but cannot read it to copy it into the request. A multipart
+form (the chat composer with images attached) carries the field like any other.
 
 It also refuses a state-changing request a browser marks as sent by a page of another site
 (`Origin` not this host, or `Sec-Fetch-Site: cross-site`), token or not.
@@ -19,9 +20,12 @@ import hmac
 import json
 import re
 import secrets
+from collections.abc import AsyncGenerator
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qs
 
+from starlette.datastructures import Headers
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -87,20 +91,23 @@ def _cookie_token(scope: Scope) -> str | None:
 
 
 async def _submitted_token(scope: Scope, receive: Receive) -> tuple[str | None, Receive]:
-    """The token from the header, else from a urlencoded form body (then replayed)."""
+    """The token from the header, else from a urlencoded or multipart form body (then replayed)."""
     headers = dict(scope.get("headers", []))
     if HEADER.encode() in headers:
         return headers[HEADER.encode()].decode("latin-1"), receive
-    if not headers.get(b"content-type", b"").startswith(b"application/x-www-form-urlencoded"):
+    content_type = headers.get(b"content-type", b"")
+    multipart = content_type.startswith(b"multipart/form-data")
+    if not multipart and not content_type.startswith(b"application/x-www-form-urlencoded"):
         return None, receive
 
-    body = b""
+    # The request guard (outside this middleware) has already bounded a multipart body.
+    body = bytearray()
     more = True
     while more:
         message = await receive()
         body += message.get("body", b"")
         more = message.get("more_body", False)
-        if len(body) > MAX_FORM_BYTES:
+        if len(body) > MAX_FORM_BYTES and not multipart:
             return None, receive
     replayed = False
 
@@ -111,8 +118,23 @@ async def _submitted_token(scope: Scope, receive: Receive) -> tuple[str | None, 
             return {"type": "http.request", "body": body, "more_body": False}
         return await receive()
 
+    if multipart:
+        return await _multipart_field(scope, bytes(body)), replay
     values = parse_qs(body.decode("utf-8", "replace")).get(FIELD)
     return (values[0] if values else None), replay
+
+
+async def _multipart_field(scope: Scope, body: bytes) -> str | None:
+    async def chunks() -> AsyncGenerator[bytes]:
+        yield body
+
+    try:
+        form = await MultiPartParser(Headers(scope=scope), chunks()).parse()
+    except MultiPartException:
+        return None
+    value = form.get(FIELD)
+    await form.close()
+    return value if isinstance(value, str) else None
 
 
 async def _forbidden(send: Send, reason: str) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "ImageRejected",
     "LoadedImage",
     "decode_base64_image",
+    "decode_image_data",
     "fit_image",
     "get_image_cache",
     "load_image",
@@ -50,6 +51,14 @@ def decode_base64_image(payload: str, *, policy: FetchPolicy | None = None) -> L
     """Decode base64 image data (Anthropic's `base64` source) under the policy's limits."""
     policy = policy or FetchPolicy.from_settings(get_settings())
     return decode_image(_base64_bytes(payload, policy.max_bytes), max_pixels=policy.max_pixels)
+
+
+def decode_image_data(data: bytes, *, policy: FetchPolicy | None = None) -> LoadedImage:
+    """Decode image bytes (an upload) under the policy's size and pixel limits."""
+    policy = policy or FetchPolicy.from_settings(get_settings())
+    if len(data) > policy.max_bytes:
+        raise ImageRejected(_too_large(policy.max_bytes))
+    return decode_image(data, max_pixels=policy.max_pixels)
 
 
 def _data_url_bytes(url: str, max_bytes: int) -> bytes:

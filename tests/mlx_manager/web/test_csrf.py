@@ -52,6 +52,19 @@ def test_post_with_header_or_form_field_passes_and_keeps_the_body() -> None:
         assert by_form.json() == {"value": "b"}
 
 
+def test_multipart_form_carries_the_token_as_a_field_and_its_body_reaches_the_route() -> None:
+    """A plain form with a file (the chat composer with an image) sends the token in its body."""
+    with _client_with_echo_route() as client:
+        token = csrf_headers(client)["X-CSRF-Token"]
+        image = {"images": ("a.png", b"\x89PNG" + bytes(300_000), "image/png")}
+        refused = client.post("/echo", data={"value": "m"}, files=image)
+        assert refused.status_code == 403
+        wrong = client.post("/echo", data={"value": "m", "csrf_token": "x" * 43}, files=image)
+        assert wrong.status_code == 403
+        passed = client.post("/echo", data={"value": "m", "csrf_token": token}, files=image)
+        assert passed.json() == {"value": "m"}
+
+
 def test_forged_cookie_shape_is_replaced_not_trusted() -> None:
     with _client_with_echo_route() as client:
         client.cookies.set("mlx_csrf", 'x"><script>')
