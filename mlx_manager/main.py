@@ -15,6 +15,7 @@ from mlx_manager.routers import (
     audit,
     chat,
     chat_stream,
+    chat_voice,
     downloads,
     embeddings,
     hub,
@@ -65,7 +66,20 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
     page_routers = [
         m.router
-        for m in (pages, models, server, chat, chat_stream, embeddings, audit, hub, downloads, keys, login)
+        for m in (
+            pages,
+            models,
+            server,
+            chat,
+            chat_stream,
+            chat_voice,
+            embeddings,
+            audit,
+            hub,
+            downloads,
+            keys,
+            login,
+        )
     ]
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)

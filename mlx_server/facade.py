@@ -110,6 +110,8 @@ from mlx_server.services.pipeline.generation import CompletionStats, GenerationP
 from mlx_server.services.pipeline.inference import generate_chat_completion
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.services.speech.synthesis import MAX_INPUT_CHARS as MAX_SPEECH_INPUT_CHARS
+from mlx_server.services.speech.synthesis import SpeechStream, synthesize_speech
 from mlx_server.utils.sliding_window import SlidingWindow
 
 
@@ -144,6 +146,7 @@ __all__ = [
     "DEFAULT_HOME",
     "MAX_DEFAULT_MAX_TOKENS",
     "MAX_RETENTION_DAYS",
+    "MAX_SPEECH_INPUT_CHARS",
     "APIError",
     "ApiKey",
     "ApiKeyError",
@@ -180,6 +183,7 @@ __all__ = [
     "SamplingParams",
     "SettingsSlot",
     "SlidingWindow",
+    "SpeechStream",
     "TextDelta",
     "TokenLogprob",
     "ToolCallDelta",
@@ -244,6 +248,7 @@ __all__ = [
     "set_default_max_tokens",
     "set_pinned",
     "set_pool_limits",
+    "synthesize_speech",
     "unload_all",
     "unload_model",
     "upgrade_database",

@@ -15,6 +15,7 @@ from mlx_manager.services.chat_images import vision_model_ids
 from mlx_manager.services.chat_jobs import ChatJob, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions
 from mlx_manager.services.chat_tools import BUILTIN_TOOLS
+from mlx_manager.services.chat_voice import VoiceModels
 from mlx_manager.services.conversations import (
     fresh_conversation,
     list_conversations,
@@ -30,7 +31,8 @@ from mlx_server.facade import ModelRecord, list_models, read_chat_template
 def page_context(session: Session, conversation: Conversation | None) -> dict[str, Any]:
     """Everything chat.html needs; without a conversation, the composer of a new one."""
     embedding = set(embedding_models(session))  # served by the Embeddings panel, not chat
-    models = [m for m in list_models(session) if m.id not in embedding]
+    audio = VoiceModels.of(session).audio  # speech models have the mic and read-aloud buttons
+    models = [m for m in list_models(session) if m.id not in embedding and m.id not in audio]
     shown = conversation or fresh_conversation(session, [m.id for m in models])
     return {
         "conversations": list_conversations(session),
@@ -57,6 +59,7 @@ def thread_context(session: Session, conversation: Conversation) -> dict[str, An
         "results": results_by_call(stored),
         "pending_ids": [c["id"] for c in pending_tool_calls(stored)],
         "busy": running is not None,
+        "voice": VoiceModels.of(session),
         "notice": job.error if job is not None and job.finished else None,
         **(turn_context(running) if running else {"job": None}),
     }

@@ -3,7 +3,7 @@ home, a page that records console errors and requests leaving the live server, s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,12 +25,15 @@ SECONDS = 1000  # Playwright timeouts are in milliseconds
 
 
 @contextmanager
-def browse(live_server: str, chromium: Path) -> Iterator[Page]:
-    """A page on the live server; after the block, no console error and no outside request."""
+def browse(live_server: str, chromium: Path, extra_args: Sequence[str] = ()) -> Iterator[Page]:
+    """A page on the live server; after the block, no console error and no outside request.
+    `extra_args` go to chromium after CHROMIUM_ARGS (a fake microphone, say)."""
     errors: list[str] = []
     outside: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path=str(chromium), args=[*CHROMIUM_ARGS, *extra_args]
+        )
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(10 * SECONDS)
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)

@@ -84,9 +84,13 @@ def check_input(text: str) -> None:
         )
 
 
-def check_voice(loaded: LoadedModel, voice: str) -> None:
+def choose_voice(loaded: LoadedModel, voice: str | None) -> str | None:
+    """The voice to speak with: the one asked for, checked when the model lists its voices; for
+    None, the model's first listed voice (or, when it lists none, its own default)."""
     assert loaded.speech is not None, f"{loaded.model_id} is not a text-to-speech model"
     voices = loaded.speech.voices
+    if voice is None:
+        return voices[0] if voices else None
     if voices and voice not in voices:
         raise APIError(
             400,
@@ -94,11 +98,13 @@ def check_voice(loaded: LoadedModel, voice: str) -> None:
             param="voice",
             code="unknown_voice",
         )
+    return voice
 
 
-def _speak(loaded: LoadedModel, text: str, voice: str, speed: float) -> Iterator[Samples]:
+def _speak(loaded: LoadedModel, text: str, voice: str | None, speed: float) -> Iterator[Samples]:
     """The model's audio chunks as mono float32 (MLX thread)."""
-    for result in loaded.model.generate(text=text, voice=voice, speed=speed, verbose=False):
+    options = {"voice": voice} if voice is not None else {}
+    for result in loaded.model.generate(text=text, speed=speed, verbose=False, **options):
         audio = np.asarray(result.audio, dtype=np.float32).reshape(-1)
         if audio.size:
             yield audio
@@ -134,7 +140,7 @@ async def _encoded(
 
 
 async def synthesize_speech(
-    model_id: str, text: str, *, voice: str, speed: float, response_format: str
+    model_id: str, text: str, *, voice: str | None, speed: float, response_format: str
 ) -> SpeechStream:
     """Speak `text` with `model_id`; errors a request can cause are raised before any audio."""
     check_input(text)
@@ -152,7 +158,7 @@ async def synthesize_speech(
 
     try:
         assert loaded.speech is not None, f"{model_id} has no speech profile"
-        check_voice(loaded, voice)
+        voice = choose_voice(loaded, voice)
         check_format(response_format, loaded.speech.sample_rate)
         stats = SpeechStats(sample_rate=loaded.speech.sample_rate)
         chunks = stream_on_metal_thread(lambda: _speak(loaded, text, voice, speed))
