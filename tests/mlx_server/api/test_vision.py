@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from sqlmodel import Session
 
+from mlx_server.config import reset_settings
 from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord, ModelSource
 
@@ -46,9 +47,34 @@ def image_message(*urls: str, text: str = QUESTION) -> dict[str, Any]:
     return {"role": "user", "content": [*parts, {"type": "text", "text": text}]}
 
 
+class _ImageHandler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(BLUE)))
+        self.end_headers()
+        self.wfile.write(BLUE)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture
-def vision_app(smol_app: TestClient, tiny_vision_dir: Path) -> TestClient:
-    """The app with SmolLM2 (text only) as "smol" and the tiny vision model as "tiny-vl"."""
+def image_url() -> Iterator[str]:
+    """A PNG served on 127.0.0.1."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ImageHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/blue.png"
+    server.shutdown()
+
+
+@pytest.fixture
+def vision_app(monkeypatch: pytest.MonkeyPatch, smol_app: TestClient, tiny_vision_dir: Path) -> TestClient:
+    """The app with SmolLM2 (text only) as "smol" and the tiny vision model as "tiny-vl"; image
+    URLs on 127.0.0.1 allowed (the fetch policy refuses loopback unless this setting says so;
+    tests/mlx_server/api/test_vision_fetch.py checks the refusals)."""
+    monkeypatch.setenv("MLX_SERVER_IMAGE_FETCH_ALLOW_PRIVATE_ADDRESSES", "true")
+    reset_settings()
     with Session(get_engine()) as session:
         session.add(ModelRecord(id=VISION, source=ModelSource.LOCAL, path=str(tiny_vision_dir)))
         session.commit()
@@ -97,47 +123,27 @@ def top_logprobs(sdk: openai.OpenAI, *urls: str) -> list[tuple[str, float]]:
     return [(t.token, t.logprob) for t in reply.choices[0].logprobs.content[0].top_logprobs]
 
 
-def test_the_image_reaches_the_model(sdk: openai.OpenAI) -> None:
+def test_the_image_reaches_the_model(sdk: openai.OpenAI, image_url: str) -> None:
     red = top_logprobs(sdk, data_url(RED))
     assert top_logprobs(sdk, data_url(RED)) == red
-    assert top_logprobs(sdk, data_url(BLUE)) != red
-
-
-class _ImageHandler(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "image/png")
-        self.send_header("Content-Length", str(len(BLUE)))
-        self.end_headers()
-        self.wfile.write(BLUE)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def image_url(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A PNG served on 127.0.0.1, which the fetch policy refuses unless this setting allows it."""
-    monkeypatch.setenv("MLX_SERVER_IMAGE_FETCH_ALLOW_PRIVATE_ADDRESSES", "true")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ImageHandler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/blue.png"
-    server.shutdown()
-
-
-def test_http_image_url_streams(image_url: str, sdk: openai.OpenAI) -> None:
+    blue = top_logprobs(sdk, data_url(BLUE))
+    assert blue != red
+    assert top_logprobs(sdk, image_url) == blue  # the same PNG, fetched over http
     chunks = list(chat(sdk, [image_message(image_url)], stream=True))
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
-    assert top_logprobs(sdk, image_url) == top_logprobs(sdk, data_url(BLUE))
 
 
 def test_refusals_are_400s_saying_why(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as error:
-        chat(sdk, [image_message("http://127.0.0.1:9/x.png")])  # loopback, refused by default
+        chat(sdk, [image_message("http://127.0.0.1:9/x.png")])  # nothing listens there
     assert "Image 1 was refused" in error.value.message
     with pytest.raises(openai.BadRequestError) as error:
         chat(sdk, [image_message(data_url(RED))], model="smol")
     assert "'smol'" in error.value.message and "vision" in error.value.message
+    malformed = {"role": "user", "content": [{"type": "image_url", "image_url": {"detail": "low"}}]}
+    with pytest.raises(openai.BadRequestError) as error:
+        chat(sdk, [malformed])
+    assert error.value.body["param"] == "messages[0].content[0].image_url"  # type: ignore[index]
 
 
 def test_anthropic_base64_image_block(claude: anthropic.Anthropic) -> None:
@@ -155,10 +161,10 @@ def test_anthropic_base64_image_block(claude: anthropic.Anthropic) -> None:
         assert stream.get_final_message().stop_reason in ("end_turn", "max_tokens")
 
 
-def test_vision_model_calls_a_required_tool(sdk: openai.OpenAI) -> None:
-    """The call grammar is a logits processor, which mlx-vlm's loop takes: even random weights
-    write a well-formed call."""
-    tool = {
+def test_vision_model_output_can_be_constrained(sdk: openai.OpenAI) -> None:
+    """Grammars are logits processors, which mlx-vlm's loop takes: even random weights write a
+    well-formed call under tool_choice "required", and schema-valid JSON under response_format."""
+    tool: dict[str, Any] = {
         "type": "function",
         "function": {
             "name": "describe",
@@ -173,3 +179,7 @@ def test_vision_model_calls_a_required_tool(sdk: openai.OpenAI) -> None:
     calls = reply.choices[0].message.tool_calls
     assert calls and calls[0].function.name == "describe"
     assert isinstance(json.loads(calls[0].function.arguments)["colour"], str)
+    schema = tool["function"]["parameters"]
+    response_format: Any = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    reply = chat(sdk, [image_message(data_url(BLUE))], response_format=response_format, max_tokens=40)
+    assert isinstance(json.loads(reply.choices[0].message.content)["colour"], str)
