@@ -10,22 +10,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlmodel import Session
 
-from mlx_server.database import get_engine, upgrade_database
+from mlx_server.database import upgrade_database
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template, read_config
 from mlx_server.models.pool import get_model_pool, reset_model_pool
-from mlx_server.records import ModelRecord, ModelSource
 from mlx_server.services.operations.probe import VISION_STEP_NAMES, ProbeStep, probe_model
 from mlx_server.utils.metal import reset_metal_thread
+from tests.mlx_server.services.operations.test_probe import _register
 
 
 @pytest.fixture
 def tiny_vl(home: Path, tiny_vision_dir: Path) -> Iterator[str]:
     upgrade_database()
-    with Session(get_engine()) as session:
-        session.add(ModelRecord(id="tiny-vl", source=ModelSource.LOCAL, path=str(tiny_vision_dir)))
-        session.commit()
+    _register("tiny-vl", tiny_vision_dir)
     yield "tiny-vl"
     reset_model_pool()
     reset_metal_thread()
