@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from mlx_server.records import ModelRecord, ModelSource
 from tests.support import csrf_headers
 
 HTMX = {"HX-Request": "true"}
+OPTION = re.compile(r'<option value="(smol|tiny-vl)"([^>]*)>')
 SEND = {"model_id": "tiny-vl", "content": "What is this?", "temperature": "0", "max_tokens": "2"}
 
 
@@ -76,11 +78,16 @@ def test_text_only_model_refuses_attachments_and_the_page_says_so(chat: TestClie
     assert response.status_code == 400
     assert "The model smol reads text only, not images: pick a vision model" in response.text
     assert stored_files() == []
-    page = chat.get("/chat").text
-    assert '<option value="tiny-vl" data-vision' in page and "tiny-vl (vision)" in page
-    # The new chat's composer starts on the first model listed; the attach control follows it.
-    vision_first = '<option value="tiny-vl" data-vision selected' in page
-    assert ('id="image-input"' in page) and (vision_first != ("reads text only" in page))
+    # A chat on the text-only model: the attach control is disabled with the hint.
+    from mlx_manager.services.conversations import create_conversation
+
+    with Session(get_engine()) as session:
+        text_chat = create_conversation(session, model_id="smol")
+    page = chat.get(f"/chat/{text_chat.id}").text
+    options = {value: " ".join(attributes.split()) for value, attributes in OPTION.findall(page)}
+    assert options == {"smol": "selected", "tiny-vl": "data-vision"}, options
+    assert 'accept="image/png,image/jpeg,image/webp,image/gif" disabled>' in page
+    assert "The selected model reads text only: pick a vision model to attach images." in page
 
 
 def test_a_file_that_is_not_an_image_is_refused_by_name(chat: TestClient) -> None:
@@ -110,6 +117,14 @@ def test_attached_image_reaches_the_model_and_shows_on_reload_and_in_exports(
     exported = json.loads(chat.get(f"/chat/{cid}/export.json").text)
     assert exported["messages"][0]["images"][0]["url"] == url
     assert f"![Image 1 (56x56)]({url})" in chat.get(f"/chat/{cid}/export.md").text
+
+    # Edit and resend keeps the message's images, and their file.
+    edit = chat.post(f"/chat/{cid}/messages/{user.position}/edit", data={"content": "And now?"}, headers=HTMX)
+    assert edit.status_code == 200, edit.text
+    chat.get(f"/chat/{cid}/events")
+    edited, _ = saved(cid)
+    assert edited.content == "And now?" and edited.images == user.images
+    assert chat.get(f"/chat/images/{sha}").content == red
 
 
 def test_images_go_with_the_last_conversation_attaching_them(chat: TestClient, red: bytes) -> None:
