@@ -12,13 +12,14 @@ import typer
 import uvicorn
 from sqlmodel import Session
 
-from mlx_manager.config import get_manager_settings
+from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
 from mlx_server.facade import (
     APIError,
     ApiKeyError,
     ApiKeyScope,
     GGUFImportError,
+    HomeInUse,
     ModelNotFoundError,
     ModelStoreError,
     ProbeStep,
@@ -35,6 +36,7 @@ from mlx_server.facade import (
     keys_exist,
     list_api_keys,
     list_models,
+    lock_home,
     probe_model,
     revoke_api_key,
     upgrade_database,
@@ -88,11 +90,27 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """Serve the dashboard on / and the inference API on /v1."""
+    """Serve the dashboard on / and the inference API on /v1 (one server per home)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     flags = {"host": host, "port": port}
     # The pages read the bind address (the Settings page warns when it is not loopback).
     settings = get_manager_settings().model_copy(update={k: v for k, v in flags.items() if v})
+    try:  # before the database is touched: the other server may be migrating it
+        home_lock = lock_home(
+            settings.server_settings().home_dir, f"http://{settings.host}:{settings.port}", "MLX_MANAGER_HOME"
+        )
+    except HomeInUse as exc:
+        typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+    with home_lock:
+        _prepare_home(settings, import_defaults=settings.import_default_model and not no_default_model)
+        from mlx_manager.main import create_app
+
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+
+
+def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> None:
+    """Migrate, refuse a network bind nobody could log in to, import the default models."""
     with _migrated_session() as session:
         refusal = bind_refusal(
             settings.host, has_key=keys_exist(session), has_password=password_is_set(session)
@@ -100,16 +118,13 @@ def serve(
         if refusal:
             typer.secho(f"error: {refusal}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2)
-        if settings.import_default_model and not no_default_model:
+        if import_defaults:
             try:
                 imported = ensure_default_models(session, get_server_settings().models_dir)
             except (GGUFImportError, WhisperImportError, ModelStoreError, OSError) as exc:
                 raise _fail(f"cannot import the default model: {exc}") from exc
             for record in imported:
                 log.info("imported default model %s into %s", record.id, record.path)
-    from mlx_manager.main import create_app
-
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
 
 
 @models_cli.command("list")

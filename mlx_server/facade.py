@@ -18,6 +18,7 @@ from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import database_status, get_engine, get_session, upgrade_database
 from mlx_server.errors import APIError, ModelNotFoundError
+from mlx_server.home_lock import HomeInUse, lock_home
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
@@ -162,6 +163,7 @@ __all__ = [
     "GenerationParams",
     "GenerationRequest",
     "GuardPolicy",
+    "HomeInUse",
     "ImageRejected",
     "KeyState",
     "LoadedImage",
@@ -230,6 +232,7 @@ __all__ = [
     "list_api_keys",
     "list_models",
     "load_model",
+    "lock_home",
     "memory_budget_bytes",
     "page_before",
     "pool_limits",

@@ -15,6 +15,7 @@ from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import get_model
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
+from mlx_server.services.pipeline.generation import admission
 from mlx_server.utils.memory import (
     GB,
     active_memory_bytes,
@@ -35,6 +36,10 @@ def pool_status() -> dict[str, Any]:
         model["last_used"] = _iso(model["last_used"])
     status["mlx_active_memory_bytes"] = active_memory_bytes()
     status["process_rss_bytes"] = process_rss_bytes()
+    # The admission queue: generations running or waiting for the MLX thread, and how many may
+    # (MLX_SERVER_MAX_PENDING_REQUESTS); past it a request gets 503 with Retry-After.
+    status["pending_requests"] = admission.pending
+    status["max_pending_requests"] = get_settings().max_pending_requests
     return status
 
 
