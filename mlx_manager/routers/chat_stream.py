@@ -22,7 +22,7 @@ from starlette.datastructures import FormData, UploadFile
 from mlx_manager.deps import RowId
 from mlx_manager.records import Conversation
 from mlx_manager.services.chat_images import remove_unreferenced, store_images, vision_model_ids
-from mlx_manager.services.chat_jobs import ChatJob, RunningError, follow, get_chat_jobs
+from mlx_manager.services.chat_jobs import ChatJob, follow, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
 from mlx_manager.services.chat_runner import manual_result, run_turn
 from mlx_manager.services.chat_view import chat_response, thread_context, turn_context
@@ -38,6 +38,7 @@ from mlx_manager.services.conversations import (
     update_settings,
 )
 from mlx_manager.services.forms import FormError
+from mlx_manager.services.jobs import JobRunning
 from mlx_manager.web.templating import templates, wants_fragment
 from mlx_server.facade import get_engine, get_model
 
@@ -140,7 +141,7 @@ async def stop(request: Request, conversation_id: RowId) -> Response:
     """Stop the reply being generated; it is kept, marked stopped."""
     job = get_chat_jobs().running(conversation_id)
     if job is not None:
-        job.cancel.set()
+        job.stop.set()
         await job.ended_within(STOP_SECONDS)
     with Session(get_engine(), expire_on_commit=False) as session:
         conversation = get_conversation(session, conversation_id)
@@ -226,7 +227,7 @@ def _start(conversation_id: int, options: ChatOptions) -> ChatJob:
     async def work(job: ChatJob) -> None:
         await run_turn(job, options)
 
-    return get_chat_jobs().start(conversation_id, work)
+    return get_chat_jobs().start(ChatJob(conversation_id), work)
 
 
 def _started(
@@ -235,8 +236,9 @@ def _started(
     assert conversation.id is not None
     try:
         _start(conversation.id, options)
-    except RunningError as exc:
-        return chat_response(request, session, conversation, error=str(exc), status=409)
+    except JobRunning:
+        message = "A reply is being generated; stop it or wait for it to finish."
+        return chat_response(request, session, conversation, error=message, status=409)
     return _answer(request, session, conversation)
 
 

@@ -18,7 +18,7 @@ from mlx_manager.deps import SessionDep
 from mlx_manager.services.downloads import get_download_manager
 from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort, SearchType, search_results
 from mlx_manager.services.local_models import delete_model, disk_usage, local_model, local_models
-from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs
+from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs, start_probe
 from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.facade import (
     APIError,
@@ -149,7 +149,7 @@ async def pool_action(request: Request, session: SessionDep, model_id: str) -> R
 async def probe(request: Request, session: SessionDep, model_id: str) -> Response:
     if get_model(session, model_id) is None:
         return _page(request, session, error=_missing(model_id), status=404)
-    get_probe_jobs().start(model_id)
+    start_probe(model_id)
     if not wants_fragment(request):
         return RedirectResponse(f"/models/{model_id}", status_code=303)
     return _row(request, session, model_id)

@@ -1,10 +1,10 @@
 """Chat turns as jobs the app owns, like probes and downloads: a POST starts one and returns,
 any number of pages follow it, closing a page does not stop it.
 
-A job runs in an asyncio task of the app, not of a request. It keeps the rows it added to the
-conversation (the reply being generated among them) and a log of what changed: text appended
-to the reply or its reasoning, or a change of shape (a reply began or ended, a tool card, a
-result, a notice). A follower starts from a snapshot and then reads the log from there, so a
+A job (services/jobs.py) runs in an asyncio task of the app, not of a request. It keeps the
+rows it added to the conversation (the reply being generated among them) and a log of what
+changed: text appended to the reply or its reasoning, or a change of shape (a reply began or
+ended, a tool card, a result, a notice). A follower starts from a snapshot and then reads the log from there, so a
 page opened mid-reply shows what is there so far and then the rest live.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
@@ -23,16 +23,13 @@ from sqlmodel import Session
 
 from mlx_manager.records import ConversationMessage
 from mlx_manager.services.conversations import mark_interrupted
+from mlx_manager.services.jobs import Job, JobRegistry
 from mlx_server.facade import get_engine
 
 logger = logging.getLogger("mlx_manager.chat")
 
 # What a follower is told: the turn's new shape, text to append, or the end of the turn.
 Update = tuple[Literal["turn", "content", "reasoning", "done"], str]
-
-
-class RunningError(ValueError):
-    """A second turn was asked for while one is being generated."""
 
 
 @dataclass(eq=False)
@@ -59,21 +56,20 @@ class Reply:
 
 
 @dataclass(eq=False)
-class ChatJob:
-    conversation_id: int
+class ChatJob(Job[int]):
+    """The turn of one conversation (`key`: its id); `stop` asks it to end after the current
+    token, kept and marked stopped."""
+
     status: Literal["running", "done", "stopped", "failed", "interrupted"] = "running"
     messages: list[ConversationMessage] = field(default_factory=list)
     reply: Reply | None = None
     notice: str = ""
     error: str | None = None
     log: list[Update] = field(default_factory=list)
-    cancel: asyncio.Event = field(default_factory=asyncio.Event)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
-    def finished(self) -> bool:
-        return self.status != "running"
+    def conversation_id(self) -> int:
+        return self.key
 
     def reshaped(self) -> None:
         """Something other than appended text changed: followers take a new snapshot."""
@@ -94,29 +90,28 @@ class ChatJob:
         self.notice = notice
         self.reshaped()
 
-    def end(self, status: Literal["done", "stopped", "failed", "interrupted"]) -> None:
-        self.status, self.reply = status, None
-        self._ended.set()
-        self._wake.set()
-
-    async def ended_within(self, seconds: float) -> bool:
-        with suppress(TimeoutError):
-            await asyncio.wait_for(self._ended.wait(), seconds)
-        return self.finished
+    def settle(self, error: BaseException | None) -> None:
+        self.reply = None
+        if isinstance(error, asyncio.CancelledError):
+            self.status = "interrupted"  # the app is shutting down; the reply was saved as interrupted
+        elif error is not None:
+            self.error = f"Generation failed: {type(error).__name__}: {error}"
+            self.status = "failed"
+        else:
+            self.status = "stopped" if self.stop.is_set() else "failed" if self.error else "done"
 
     def _append(self, kind: Literal["turn", "content", "reasoning"], text: str) -> None:
         self.log.append((kind, text))
-        self._wake.set()
+        self.notify()
 
     async def wait_beyond(self, seen: int) -> None:
-        # One event for every follower: each checks the log before it waits, and nothing runs
-        # between that check and the wait.
+        # Each follower checks the log before it waits, and nothing runs between that check and
+        # the wait.
         if len(self.log) == seen and not self.finished:
-            self._wake.clear()
-            await self._wake.wait()
+            await self.changed()
 
 
-async def follow(job: ChatJob) -> AsyncIterator[Update]:
+async def follow(job: ChatJob) -> AsyncGenerator[Update, None]:
     """The turn as a follower sees it: a snapshot ("turn"), then appended text, a new snapshot
     whenever the shape changed, and "done". Render each "turn" before awaiting anything: the
     log position it stands for is the one at the moment it is yielded."""
@@ -143,51 +138,7 @@ def _joined(entries: list[Update]) -> Iterator[Update]:
         yield kind, "".join(text for _, text in run)
 
 
-class ChatJobs:
-    """The latest turn of each conversation; one runs at a time per conversation."""
-
-    def __init__(self) -> None:
-        self._jobs: dict[int, ChatJob] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def get(self, conversation_id: int) -> ChatJob | None:
-        return self._jobs.get(conversation_id)
-
-    def running(self, conversation_id: int) -> ChatJob | None:
-        job = self._jobs.get(conversation_id)
-        return job if job is not None and not job.finished else None
-
-    def forget(self, conversation_id: int) -> None:
-        self._jobs.pop(conversation_id, None)
-
-    def start(self, conversation_id: int, work: Callable[[ChatJob], Awaitable[None]]) -> ChatJob:
-        if self.running(conversation_id):
-            raise RunningError("A reply is being generated; stop it or wait for it to finish.")
-        job = self._jobs[conversation_id] = ChatJob(conversation_id)
-        task = asyncio.create_task(_run(job, work), name=f"chat turn {conversation_id}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return job
-
-    async def shutdown(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-async def _run(job: ChatJob, work: Callable[[ChatJob], Awaitable[None]]) -> None:
-    try:
-        await work(job)
-    except asyncio.CancelledError:
-        job.end("interrupted")  # the app is shutting down; the reply was saved as interrupted
-        raise
-    except Exception as exc:  # a job outlives its request: report, never raise into the loop
-        logger.exception("chat turn of conversation %s failed", job.conversation_id)
-        job.error = f"Generation failed: {type(exc).__name__}: {exc}"
-        job.end("failed")
-        return
-    job.end("stopped" if job.cancel.is_set() else "failed" if job.error else "done")
-
+ChatJobs = JobRegistry[int, ChatJob]
 
 _jobs = ChatJobs()
 

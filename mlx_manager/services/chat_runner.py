@@ -72,7 +72,7 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
             if answer_now:
                 round_options = round_options.answer_only()
             saved = await _one_reply(session, conversation, round_options, job)
-            if saved is None or job.cancel.is_set() or not saved.tool_calls or depth == options.max_depth:
+            if saved is None or job.stop.is_set() or not saved.tool_calls or depth == options.max_depth:
                 return
             calls = {_call_key(call) for call in saved.tool_calls}
             if calls <= answered and not answer_now:
@@ -140,7 +140,7 @@ async def _one_reply(
     try:
         async with aclosing(stream.__aiter__()) as events:
             async for event in events:
-                if job.cancel.is_set():
+                if job.stop.is_set():
                     status = MessageStatus.STOPPED
                     break
                 _apply(event, reply, job)

@@ -19,7 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from mlx_manager.services.hub import (
     load_hub_config,
 )
 from mlx_manager.services.hub_fetch import DownloadStopped, Snapshot, fetch_snapshot
+from mlx_manager.services.jobs import Job, JobRegistry, JobRunning
 from mlx_manager.services.settings_store import Setting, get_setting
 from mlx_server.facade import ModelRecord, ModelSource, get_engine, get_model, utcnow
 
@@ -76,13 +77,19 @@ def remove_completion_hook(hook: CompletionHook) -> None:
     _completion_hooks[:] = [(h, s) for h, s in _completion_hooks if h != hook]
 
 
+@dataclass(eq=False)
+class DownloadRun(Job[int]):
+    """One scheduling of a stored job (`key`: its id) on a worker: queued until a worker claims
+    it, then its live progress; `stop` cancels it (or, at shutdown, leaves it queued)."""
+
+    progress: JobProgress | None = field(default=None, repr=False)
+
+
 class DownloadManager:
     def __init__(self, max_parallel: int = MAX_PARALLEL_DOWNLOADS) -> None:
         self._executor = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="download")
         self._lock = threading.RLock()
-        self._stops: dict[int, threading.Event] = {}  # scheduled jobs
-        self._finished: dict[int, threading.Event] = {}
-        self._live: dict[int, JobProgress] = {}  # jobs a worker is running
+        self._runs = JobRegistry[int, DownloadRun]()  # scheduled jobs, and their progress once claimed
         self._subscribers: dict[int, Subscriber] = {}
         self._subscriber_keys = itertools.count()
         self._stopping = False
@@ -104,8 +111,7 @@ class DownloadManager:
         """Stop every transfer (they stay queued, to resume at next start) and join the workers."""
         with self._lock:
             self._stopping = True
-            for stop in self._stops.values():
-                stop.set()
+            self._runs.stop_all()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     def submit(self, repo_id: str, revision: str = "main") -> DownloadState:
@@ -141,16 +147,16 @@ class DownloadManager:
                 raise DownloadRefused(
                     409, f"Download {job_id} is {state.status}; only queued or running ones can be cancelled."
                 )
-            stop, finished = self._stops.get(job_id), self._finished.get(job_id)
-            if stop is not None:
-                stop.set()
-            if job_id not in self._live:  # no worker has it yet: settle it here
-                if stop is not None:
-                    self._forget(job_id, stop)
+            run = self._runs.running(job_id)
+            if run is not None:
+                run.stop.set()
+            if run is None or run.progress is None:  # no worker has it yet: settle it here
+                if run is not None:
+                    run.end()
                 self._update(job_id, status=DownloadStatus.CANCELLED)
-                finished = None
-        if finished is not None:
-            finished.wait(CANCEL_WAIT_S)
+                run = None
+        if run is not None:
+            run.wait_ended(CANCEL_WAIT_S)
         return self.get(job_id)
 
     def resume(self, job_id: int) -> DownloadState:
@@ -161,7 +167,7 @@ class DownloadManager:
                 raise DownloadRefused(
                     409, f"Download {job_id} is {state.status}; only failed or cancelled ones can be resumed."
                 )
-            if job_id in self._stops:
+            if self._runs.running(job_id) is not None:
                 raise DownloadRefused(409, f"Download {job_id} is still stopping; try again in a moment.")
             self._refuse_duplicate(state.repo_id)
             with Session(get_engine()) as session:
@@ -172,7 +178,7 @@ class DownloadManager:
         return self.get(job_id)
 
     def get(self, job_id: int) -> DownloadState:
-        live = self._live.get(job_id)
+        live = self._live(job_id)
         if live is not None:
             return live.state()
         with Session(get_engine()) as session:
@@ -186,7 +192,7 @@ class DownloadManager:
         with Session(get_engine()) as session:
             jobs = session.exec(select(DownloadJob).order_by(col(DownloadJob.id).desc()).limit(limit)).all()
             states = [DownloadState.of(job) for job in jobs]
-        return [live.state() if (live := self._live.get(s.id)) else s for s in states]
+        return [live.state() if (live := self._live(s.id)) else s for s in states]
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call `subscriber` (from worker threads) with every event; returns the unsubscribe."""
@@ -201,47 +207,39 @@ class DownloadManager:
 
     # Workers
 
+    def _live(self, job_id: int) -> JobProgress | None:
+        """The progress of the job while a worker runs it."""
+        run = self._runs.running(job_id)
+        return run.progress if run is not None else None
+
     def _schedule(self, job_id: int) -> None:
         with self._lock:
-            if self._stopping or job_id in self._stops:
+            if self._stopping:
                 return
-            stop = self._stops[job_id] = threading.Event()
-            self._finished[job_id] = threading.Event()
-            future: Future[None] = self._executor.submit(self._run, job_id, stop)
-        future.add_done_callback(_log_crash)
+            try:
+                self._runs.start_in(self._executor, DownloadRun(job_id), self._run)
+            except JobRunning:
+                return  # already scheduled
 
-    def _run(self, job_id: int, stop: threading.Event) -> None:
-        try:
-            progress = self._claim(job_id, stop)
-            if progress is not None:
-                self._download(job_id, progress)
-        finally:
-            self._forget(job_id, stop)
+    def _run(self, run: DownloadRun) -> None:
+        progress = self._claim(run)
+        if progress is not None:
+            self._download(run.key, progress)
 
-    def _forget(self, job_id: int, stop: threading.Event) -> None:
-        """Drop a scheduling (only its own: the job may have been scheduled again since)."""
-        with self._lock:
-            if self._stops.get(job_id) is not stop:
-                return
-            self._live.pop(job_id, None)
-            del self._stops[job_id]
-            finished = self._finished.pop(job_id)
-        finished.set()
-
-    def _claim(self, job_id: int, stop: threading.Event) -> JobProgress | None:
+    def _claim(self, run: DownloadRun) -> JobProgress | None:
         """Mark the job running, unless it was cancelled (or finished) before a worker got to it."""
+        job_id = run.key
         with self._lock:
-            if self._stops.get(job_id) is not stop or stop.is_set() or job_id in self._live:
+            if run.stop.is_set() or run.finished:
                 return None
             with Session(get_engine()) as session:
                 job = session.get(DownloadJob, job_id)
                 if job is None or job.status not in ACTIVE:
                     return None
             state = self._update(job_id, publish=False, status=DownloadStatus.RUNNING, error=None)
-            progress = JobProgress(state, stop, self._publish, self._save_progress)
-            self._live[job_id] = progress
+            run.progress = JobProgress(state, run.stop, self._publish, self._save_progress)
         self._publish(state)
-        return progress
+        return run.progress
 
     def _download(self, job_id: int, progress: JobProgress) -> None:
         state = progress.state()

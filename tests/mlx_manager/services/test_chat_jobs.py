@@ -11,7 +11,8 @@ import asyncio
 
 import pytest
 
-from mlx_manager.services.chat_jobs import ChatJob, ChatJobs, RunningError, Update, follow
+from mlx_manager.services.chat_jobs import ChatJob, ChatJobs, Update, follow
+from mlx_manager.services.jobs import JobRunning
 
 
 class Pace:
@@ -29,7 +30,7 @@ class Pace:
         for word in self.words:
             await self.go.wait()
             self.go.clear()
-            if job.cancel.is_set():
+            if job.stop.is_set():
                 return
             job.appended("content", word)
 
@@ -57,7 +58,7 @@ def test_a_turn_runs_to_done_and_a_late_follower_gets_what_is_there_then_the_res
 
 async def _a_turn_runs_to_done_and_a_late_follower_gets_what_is_there_then_the_rest() -> None:
     jobs, work = ChatJobs(), Pace(["Once ", "upon ", "a ", "time."])
-    job = jobs.start(1, work)
+    job = jobs.start(ChatJob(1), work)
     early: list[str] = []
     first = asyncio.create_task(_collect(job, early))
     await _settle()
@@ -85,7 +86,7 @@ def test_text_appended_between_two_reads_arrives_as_one_update() -> None:
 
 async def _text_appended_between_two_reads_arrives_as_one_update() -> None:
     jobs = ChatJobs()
-    job = jobs.start(1, Pace([]))
+    job = jobs.start(ChatJob(1), Pace([]))
     job.appended("content", "a")
     job.appended("content", "b")
     job.appended("reasoning", "r")
@@ -110,16 +111,16 @@ def test_one_turn_at_a_time_and_stop_ends_it_as_stopped() -> None:
 
 async def _one_turn_at_a_time_and_stop_ends_it_as_stopped() -> None:
     jobs, work = ChatJobs(), Pace(["a", "b", "c"])
-    job = jobs.start(7, work)
-    with pytest.raises(RunningError, match="stop it or wait"):
-        jobs.start(7, work)
+    job = jobs.start(ChatJob(7), work)
+    with pytest.raises(JobRunning):
+        jobs.start(ChatJob(7), work)
     work.step()
     await _settle()
-    job.cancel.set()
+    job.stop.set()
     work.step()
     assert await job.ended_within(5)
     assert job.status == "stopped" and [t for k, t in job.log if k == "content"] == ["a"]
-    assert jobs.start(7, Pace([])) is not job  # a new turn may start once it ended
+    assert jobs.start(ChatJob(7), Pace([])) is not job  # a new turn may start once it ended
 
 
 def test_a_failing_turn_is_reported_not_raised() -> None:
@@ -130,7 +131,7 @@ async def _a_failing_turn_is_reported_not_raised() -> None:
     async def broken(job: ChatJob) -> None:
         raise RuntimeError("the pool is gone")
 
-    job = ChatJobs().start(3, broken)
+    job = ChatJobs().start(ChatJob(3), broken)
     assert await job.ended_within(5)
     assert job.status == "failed" and job.error == "Generation failed: RuntimeError: the pool is gone"
 
@@ -141,7 +142,7 @@ def test_shutdown_interrupts_running_turns_and_followers_see_the_end() -> None:
 
 async def _shutdown_interrupts_running_turns_and_followers_see_the_end() -> None:
     jobs = ChatJobs()
-    job = jobs.start(2, Pace(["never"]))
+    job = jobs.start(ChatJob(2), Pace(["never"]))
     shown: list[str] = []
     follower = asyncio.create_task(_collect(job, shown))
     await _settle()
