@@ -125,3 +125,25 @@ def csrf_headers(client: Any) -> dict[str, str]:
     if "mlx_csrf" not in client.cookies:
         client.get("/")
     return {"X-CSRF-Token": client.cookies["mlx_csrf"]}
+
+
+def store_exchange(models: dict[str, Path], reply: str, chat_model: str = "smol") -> tuple[int, int, int]:
+    """Register `models` (id -> directory) and store a conversation with `chat_model`: a question
+    and `reply`. Returns the conversation's, the question's and the reply's ids."""
+    from sqlmodel import Session
+
+    from mlx_manager.services.conversations import add_message, create_conversation
+    from mlx_server.database import get_engine, upgrade_database
+    from mlx_server.records import ModelRecord, ModelSource
+
+    upgrade_database()
+    with Session(get_engine()) as session:
+        for model_id, path in models.items():
+            session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=str(path)))
+        session.commit()
+        conversation = create_conversation(session, model_id=chat_model)
+        question = add_message(session, conversation, "user", "Say hello.")
+        answer = add_message(session, conversation, "assistant", reply)
+        session.commit()
+        assert conversation.id and question.id and answer.id
+        return conversation.id, question.id, answer.id

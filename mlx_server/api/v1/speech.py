@@ -39,5 +39,5 @@ async def create_speech(body: SpeechRequest, request: Request) -> StreamingRespo
     return StreamingResponse(
         _audited(stream, details),
         media_type=stream.media_type,
-        headers={"X-Sample-Rate": str(stream.sample_rate)},
+        headers={"X-Sample-Rate": str(stream.stats.sample_rate)},
     )

@@ -21,6 +21,7 @@ from mlx_server.models.adapters import ChatTemplateError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import get_model_pool
+from mlx_server.services.leased_stream import LeasedStream
 from mlx_server.services.operations.generation_defaults import default_max_tokens
 from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
 from mlx_server.services.pipeline.constraints import (
@@ -46,48 +47,24 @@ logger = logging.getLogger("mlx_server.inference")
 CONSTRAINED_REPETITION_PENALTY = 1.1
 
 
-class EventStream:
-    """The events of one generation; holds its model lease and admission slot until it ends.
-
-    Released exactly once: when iteration ends, fails or is abandoned, or, for a stream that
-    was never iterated (a client gone before the response started), when it is collected.
-    """
-
-    def __init__(self, events: AsyncGenerator[GenerationEvent, None], release: Callable[[], None]) -> None:
-        self._events = events
-        self._release: Callable[[], None] | None = release
-
-    def __aiter__(self) -> AsyncGenerator[GenerationEvent, None]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncGenerator[GenerationEvent, None]:
-        try:
-            async for event in self._events:
-                yield event
-        finally:
-            await self._events.aclose()
-            self.release()
+class EventStream(LeasedStream[GenerationEvent]):
+    """The events of one generation; holds its model lease and admission slot until it ends."""
 
     async def collect(self) -> Reply:
         """The whole reply (a non-streamed response)."""
         async with aclosing(self._iterate()) as events:
             return await Reply.collect(events)
 
-    def release(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
 
-    def __del__(self) -> None:
-        self.release()
-
-
-async def open_model(model_id: str) -> tuple[LoadedModel, Callable[[], None]]:
-    """Admit the request and lease its model (a text or vision model); the callable gives both back."""
+async def open_model(
+    model_id: str, types: tuple[ModelType, ...] = (ModelType.TEXT_GEN, ModelType.VISION)
+) -> tuple[LoadedModel, Callable[[], None]]:
+    """Admit the request and lease its model (one of `types`: a text or vision model unless told);
+    the callable gives both back."""
     admission.acquire()
     pool = get_model_pool()
     try:
-        loaded = await pool.acquire(model_id, (ModelType.TEXT_GEN, ModelType.VISION))
+        loaded = await pool.acquire(model_id, types)
     except BaseException:
         admission.release()
         raise

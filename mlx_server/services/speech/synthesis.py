@@ -12,15 +12,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.models.pool import get_model_pool
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.leased_stream import LeasedStream
+from mlx_server.services.pipeline.inference import open_model
 from mlx_server.services.speech.encoding import MEDIA_TYPES, Samples, check_format, make_encoder
 from mlx_server.utils.metal import stream_on_metal_thread
 
@@ -44,31 +44,20 @@ class SpeechStats:
         return self.samples / self.sample_rate if self.sample_rate else 0.0
 
 
-@dataclass
-class SpeechStream:
-    """Encoded audio chunks; holds the model lease and admission slot until the last one."""
+class SpeechStream(LeasedStream[bytes]):
+    """Encoded audio chunks as they are made; holds the model lease until the last one."""
 
-    media_type: str
-    sample_rate: int
-    stats: SpeechStats
-    _chunks: AsyncGenerator[bytes, None]
-    _release: Callable[[], None] | None = field(default=None, repr=False)
-
-    async def __aiter__(self) -> AsyncGenerator[bytes, None]:
-        try:
-            async for chunk in self._chunks:
-                yield chunk
-        finally:
-            await self._chunks.aclose()
-            self.release()
-
-    def release(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-
-    def __del__(self) -> None:  # a response that never started (the client left first)
-        self.release()
+    def __init__(
+        self,
+        chunks: AsyncGenerator[bytes, None],
+        release: Callable[[], None],
+        *,
+        media_type: str,
+        stats: SpeechStats,
+    ) -> None:
+        super().__init__(chunks, release)
+        self.media_type = media_type
+        self.stats = stats
 
 
 def check_input(text: str) -> None:
@@ -120,7 +109,10 @@ async def _first(chunks: AsyncGenerator[Samples, None]) -> Samples | None:
 
 
 async def _encoded(
-    first: Samples | None, rest: AsyncGenerator[Samples, None], response_format: str, stats: SpeechStats
+    first: Samples | None,
+    rest: AsyncGenerator[Samples, None],
+    response_format: str,
+    stats: SpeechStats,
 ) -> AsyncGenerator[bytes, None]:
     encoder = make_encoder(response_format, stats.sample_rate)
     try:
@@ -144,18 +136,7 @@ async def synthesize_speech(
 ) -> SpeechStream:
     """Speak `text` with `model_id`; errors a request can cause are raised before any audio."""
     check_input(text)
-    admission.acquire()
-    pool = get_model_pool()
-    try:
-        loaded = await pool.acquire(model_id, ModelType.TEXT_TO_SPEECH)
-    except BaseException:
-        admission.release()
-        raise
-
-    def release() -> None:
-        pool.release(loaded)
-        admission.release()
-
+    loaded, release = await open_model(model_id, (ModelType.TEXT_TO_SPEECH,))
     try:
         assert loaded.speech is not None, f"{model_id} has no speech profile"
         voice = choose_voice(loaded, voice)
@@ -172,10 +153,5 @@ async def synthesize_speech(
         await chunks.aclose()
         release()
         raise
-    return SpeechStream(
-        media_type=MEDIA_TYPES[response_format],
-        sample_rate=stats.sample_rate,
-        stats=stats,
-        _chunks=_encoded(first, chunks, response_format, stats),
-        _release=release,
-    )
+    chunks_out = _encoded(first, chunks, response_format, stats)
+    return SpeechStream(chunks_out, release, media_type=MEDIA_TYPES[response_format], stats=stats)

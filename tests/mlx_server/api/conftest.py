@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anthropic
@@ -13,9 +14,34 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from mlx_server.database import get_engine, upgrade_database
+from mlx_server.main import create_app as create_server_app
+from mlx_server.models.pool import reset_model_pool
 from mlx_server.models.store import DEFAULT_MODEL_ID
 from mlx_server.records import ModelRecord, ModelSource
+from mlx_server.services.operations.audit import reset_audit_service
+from mlx_server.utils.metal import reset_metal_thread
 from tests.support import ServerProcess
+
+
+def register_models(models: dict[str, Path]) -> None:
+    """Register model directories by id in the test's home database."""
+    upgrade_database()
+    with Session(get_engine()) as session:
+        for model_id, path in models.items():
+            session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=str(path)))
+        session.commit()
+
+
+@contextmanager
+def standalone_server(models: dict[str, Path]) -> Iterator[TestClient]:
+    """The standalone server app in this process with `models` registered; its audit writer,
+    pool and MLX thread are reset after."""
+    register_models(models)
+    with TestClient(create_server_app()) as client:
+        yield client
+    reset_audit_service()
+    reset_model_pool()
+    reset_metal_thread()
 
 
 @pytest.fixture(scope="session")

@@ -13,13 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from mlx_server.database import get_engine, upgrade_database
-from mlx_server.main import create_app
-from mlx_server.models.pool import reset_model_pool
+from mlx_server.database import get_engine
 from mlx_server.models.store import DEFAULT_EMBEDDING_MODEL_ID, default_embedding_model_dir
-from mlx_server.records import AuditLog, ModelRecord, ModelSource
-from mlx_server.services.operations.audit import audit_service, reset_audit_service
-from mlx_server.utils.metal import reset_metal_thread
+from mlx_server.records import AuditLog
+from mlx_server.services.operations.audit import audit_service
+from tests.mlx_server.api.conftest import standalone_server
 
 MODEL = DEFAULT_EMBEDDING_MODEL_ID
 CAT, KITTEN, STOCKS = (
@@ -32,16 +30,8 @@ CAT, KITTEN, STOCKS = (
 @pytest.fixture
 def server(home: Path, smollm_dir: Path) -> Iterator[TestClient]:
     """The standalone server app with all-MiniLM-L6-v2 and SmolLM2 ("smol") registered."""
-    upgrade_database()
-    with Session(get_engine()) as session:
-        session.add(ModelRecord(id=MODEL, source=ModelSource.LOCAL, path=str(default_embedding_model_dir())))
-        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
-        session.commit()
-    with TestClient(create_app()) as client:
+    with standalone_server({MODEL: default_embedding_model_dir(), "smol": smollm_dir}) as client:
         yield client
-    reset_audit_service()
-    reset_model_pool()
-    reset_metal_thread()
 
 
 @pytest.fixture

@@ -19,33 +19,20 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from mlx_server.database import get_engine, upgrade_database
-from mlx_server.main import create_app
-from mlx_server.models.pool import reset_model_pool
-from mlx_server.records import AuditLog, ModelRecord, ModelSource
-from mlx_server.services.operations.audit import audit_service, reset_audit_service
-from mlx_server.utils.metal import reset_metal_thread
+from mlx_server.database import get_engine
+from mlx_server.records import AuditLog
+from mlx_server.services.operations.audit import audit_service
 from tests.fixtures.tiny_tts_model import SAMPLE_RATE
+from tests.mlx_server.api.conftest import register_models, standalone_server
 
 MODEL = "tiny-tts"
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 
 
-def _register(tiny_tts_dir: Path) -> None:
-    upgrade_database()
-    with Session(get_engine()) as session:
-        session.add(ModelRecord(id=MODEL, source=ModelSource.LOCAL, path=str(tiny_tts_dir)))
-        session.commit()
-
-
 @pytest.fixture
 def server(home: Path, tiny_tts_dir: Path) -> Iterator[TestClient]:
-    _register(tiny_tts_dir)
-    with TestClient(create_app()) as client:
+    with standalone_server({MODEL: tiny_tts_dir}) as client:
         yield client
-    reset_audit_service()
-    reset_model_pool()
-    reset_metal_thread()
 
 
 @pytest.fixture
@@ -137,20 +124,30 @@ def test_bad_requests_are_clear_4xx_and_the_server_stays_healthy(server: TestCli
     assert ok.status_code == 200 and ok.content
 
 
+def _active_requests(url: str) -> int:
+    pool = httpx.get(f"{url}/v1/admin/pool").json()
+    return sum(m["active_requests"] for m in pool["models"] if m["id"] == MODEL)
+
+
 def test_streaming_response_yields_audio_before_the_whole_file_is_made(
     home: Path, tiny_tts_dir: Path, live_server: str
 ) -> None:
-    _register(tiny_tts_dir)
+    register_models({MODEL: tiny_tts_dir})
     client = openai.OpenAI(base_url=f"{live_server}/v1", api_key="x", max_retries=0, timeout=60)
     # Past KittenTTS's 400-character chunk, each sentence is spoken (and sent) on its own.
     text = " ".join(f"Sentence {n} is one of several that make this text long enough." for n in range(7))
     arrivals: list[tuple[float, int]] = []
+    leases: list[int] = []
     started = time.perf_counter()
     with client.audio.speech.with_streaming_response.create(
         model=MODEL, input=text, voice="alloy", response_format="pcm", speed=4.0
     ) as response:
         for chunk in response.iter_bytes(chunk_size=None):
             arrivals.append((time.perf_counter() - started, len(chunk)))
+            if len(arrivals) == 1:
+                leases.append(_active_requests(live_server))
+    leases.append(_active_requests(live_server))
+    assert leases == [1, 0]  # the model is leased while it speaks, and given back at the end
     total = arrivals[-1][0]
     assert arrivals[0][1] > 0
     assert len(arrivals) >= 4, arrivals
