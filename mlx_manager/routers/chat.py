@@ -12,7 +12,6 @@ from mlx_manager.deps import SQLITE_MAX_INT, RowId, SessionDep
 from mlx_manager.records import Conversation
 from mlx_manager.services.chat_images import image_file
 from mlx_manager.services.chat_jobs import get_chat_jobs
-from mlx_manager.services.chat_view import chat_response
 from mlx_manager.services.conversations import (
     ConversationError,
     delete_conversation,
@@ -23,6 +22,7 @@ from mlx_manager.services.conversations import (
     rename_conversation,
 )
 from mlx_manager.services.presets import PresetError, delete_preset, list_presets, save_preset
+from mlx_manager.web.chat_pages import chat_response
 from mlx_manager.web.templating import render, wants_fragment
 
 router = APIRouter(prefix="/chat")

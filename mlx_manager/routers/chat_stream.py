@@ -25,7 +25,6 @@ from mlx_manager.services.chat_images import remove_unreferenced, store_images, 
 from mlx_manager.services.chat_jobs import ChatJob, follow, get_chat_jobs
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
 from mlx_manager.services.chat_runner import manual_result, run_turn
-from mlx_manager.services.chat_view import chat_response, thread_context, turn_context
 from mlx_manager.services.conversations import (
     ConversationError,
     add_message,
@@ -39,7 +38,8 @@ from mlx_manager.services.conversations import (
 )
 from mlx_manager.services.forms import FormError
 from mlx_manager.services.jobs import JobRunning
-from mlx_manager.web.templating import templates, wants_fragment
+from mlx_manager.web.chat_pages import chat_response, thread_html, turn_html
+from mlx_manager.web.templating import wants_fragment
 from mlx_server.facade import get_engine, get_model
 
 router = APIRouter(prefix="/chat")
@@ -162,9 +162,9 @@ async def events(request: Request, conversation_id: RowId) -> Response:
                 if kind == "done":
                     break
                 yield ServerSentEvent(
-                    event=kind, data=_turn_html(request, job) if kind == "turn" else escape(text)
+                    event=kind, data=turn_html(request, job) if kind == "turn" else escape(text)
                 )
-        yield ServerSentEvent(event="done", data=_thread_html(request, conversation_id))
+        yield ServerSentEvent(event="done", data=thread_html(request, conversation_id))
 
     return EventSourceResponse(stream(), ping=PING_SECONDS, headers={"Cache-Control": "no-cache"})
 
@@ -247,20 +247,6 @@ def _answer(request: Request, session: Session, conversation: Conversation) -> R
     if wants_fragment(request):
         return chat_response(request, session, conversation)
     return RedirectResponse(f"/chat/{conversation.id}", status_code=303)
-
-
-def _turn_html(request: Request, job: ChatJob) -> str:
-    template = templates.get_template("partials/chat_turn.html")
-    return template.render(request=request, **turn_context(job))
-
-
-def _thread_html(request: Request, conversation_id: int) -> str:
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        if conversation is None:
-            return ""
-        context = thread_context(session, conversation)
-    return templates.get_template("partials/chat_thread.html").render(request=request, **context, oob=True)
 
 
 def _text(form: FormData, name: str) -> str:

@@ -1,13 +1,12 @@
-"""What the chat pages show, gathered once for the routers: the page (sidebar, composer,
-parameters) and the thread (stored messages, and the turn being generated, if any)."""
+"""What the chat pages show, gathered once as data: the page (sidebar, composer, parameters)
+and the thread (stored messages, and the turn being generated, if any). web/chat_pages.py
+renders it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from fastapi import Request
-from fastapi.responses import HTMLResponse
 from sqlmodel import Session
 
 from mlx_manager.records import Conversation, ConversationMessage
@@ -24,7 +23,6 @@ from mlx_manager.services.conversations import (
 )
 from mlx_manager.services.embeddings_panel import embedding_models
 from mlx_manager.services.presets import list_presets
-from mlx_manager.web.templating import render, wants_fragment
 from mlx_server.facade import ModelRecord, list_models, read_chat_template
 
 
@@ -83,28 +81,3 @@ def _thinking_toggle(models: list[ModelRecord], conversation: Conversation) -> b
     """Whether the conversation's model has a thinking switch in its chat template."""
     record = next((m for m in models if m.id == conversation.model_id), None)
     return record is not None and "enable_thinking" in read_chat_template(Path(record.path))
-
-
-def chat_response(
-    request: Request,
-    session: Session,
-    conversation: Conversation | None,
-    *,
-    error: str | None = None,
-    status: int = 200,
-    draft: str = "",
-) -> HTMLResponse:
-    """The chat page, or for htmx only its thread (with the Send button's state swapped out of
-    band); `error` says what to fix, `draft` keeps the message that was refused."""
-    context = page_context(session, conversation)
-    response = render(
-        request,
-        "chat.html",
-        "partials/chat_thread.html",
-        **context,
-        error=error,
-        draft=draft,
-        oob=wants_fragment(request),
-    )
-    response.status_code = status
-    return response
