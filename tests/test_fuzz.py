@@ -19,6 +19,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
+from mlx_manager.services.admin_account import failed_logins
+
 EXAMPLES_PER_OPERATION = 20
 CHECKS = [not_a_server_error, response_schema_conformance]
 
@@ -76,6 +78,8 @@ def manager_app(hub_cache: Path) -> Iterator[tuple[FastAPI, TestClient]]:
     app = create_app()
     with TestClient(app) as client:
         yield app, client
+    # The fuzzer's wrong passwords would throttle this process's later logins (tests share it).
+    failed_logins.clear()
 
 
 def test_fuzz_v1_api(server_app: FastAPI) -> None:

@@ -12,9 +12,8 @@ import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -60,11 +59,14 @@ def _audit_rows(request_ids: set[str], timeout: float = 30) -> list[AuditLog]:
         time.sleep(0.2)
 
 
-def test_200_simultaneous_requests_are_all_answered_and_audited(
-    smol_home: Path, monkeypatch: pytest.MonkeyPatch, live_server_factory: Callable[[], str]
-) -> None:
+@pytest.fixture
+def small_queue(smol_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most MAX_PENDING generations admitted: the rest of a burst is told to retry at once."""
     monkeypatch.setenv("MLX_SERVER_MAX_PENDING_REQUESTS", str(MAX_PENDING))
-    url = live_server_factory()
+
+
+def test_200_simultaneous_requests_are_all_answered_and_audited(small_queue: None, live_server: str) -> None:
+    url = live_server
     started = time.monotonic()
     answers = asyncio.run(_burst(url, BURST))
     elapsed = time.monotonic() - started
@@ -87,34 +89,6 @@ def test_200_simultaneous_requests_are_all_answered_and_audited(
     pool = httpx.get(f"{url}/v1/admin/pool").json()
     assert (pool["pending_requests"], pool["max_pending_requests"]) == (0, MAX_PENDING)
     print(f"\n{BURST} requests in {elapsed:.1f} s: {len(served)} served, {len(told_to_retry)} told to retry")
-
-
-@pytest.fixture
-def live_server_factory(home: Path) -> Iterator[Callable[[], str]]:
-    """The `live_server` fixture, started when the test asks (after setting the environment)."""
-    servers: list[Any] = []
-
-    def start() -> str:
-        import uvicorn
-
-        from mlx_manager.main import create_app
-
-        port = free_port()
-        config = uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning")
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{port}"
-
-    yield start
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 class Traffic:
