@@ -75,6 +75,8 @@ class MLXServerSettings(BaseSettings):
     image_max_pixels: int = Field(default=50_000_000, ge=1)
     image_fetch_connect_timeout_seconds: float = Field(default=5, gt=0)
     image_fetch_read_timeout_seconds: float = Field(default=15, gt=0)
+    # The whole fetch, redirects included: a body trickling in under the read timeout ends here.
+    image_fetch_total_timeout_seconds: float = Field(default=30, gt=0)
 
     @property
     def home_dir(self) -> Path:

@@ -22,6 +22,7 @@ class Route:
     headers: dict[str, str] = field(default_factory=dict)
     stream_bytes: int = 0  # > 0: send this many zero bytes instead of `body`, piece by piece
     delay: float = 0.0  # seconds to wait before answering
+    piece_delay: float = 0.0  # seconds between streamed pieces (a trickling body)
 
 
 class ImageServer:
@@ -80,6 +81,8 @@ def _handler(server: ImageServer) -> type[BaseHTTPRequestHandler]:
             piece = bytes(PIECE)
             while server.sent[self.path] < route.stream_bytes:
                 self.wfile.write(piece)
+                self.wfile.flush()
                 server.sent[self.path] += PIECE
+                time.sleep(route.piece_delay)
 
     return Handler

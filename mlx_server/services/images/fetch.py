@@ -5,7 +5,8 @@ Only http and https. The host is resolved here and every address it resolves to 
 it; the connection then goes to the address that was checked, with the original name in the
 Host header and in TLS (SNI and certificate check), so a second DNS answer cannot rebind it.
 Redirects (at most 3) are followed by hand, each one checked the same way. The body is read in
-chunks and the fetch stops once it passes the size limit."""
+chunks and the fetch stops once it passes the size limit, or when the whole fetch outlasts its
+total time limit (a body trickling in under the read timeout)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ class FetchPolicy:
     max_pixels: int = 50_000_000
     connect_timeout: float = 5.0
     read_timeout: float = 15.0
+    total_timeout: float = 30.0
     max_redirects: int = 3
     resolver: Resolver = field(default=resolve_host, compare=False)
 
@@ -59,6 +61,7 @@ class FetchPolicy:
             max_pixels=settings.image_max_pixels,
             connect_timeout=settings.image_fetch_connect_timeout_seconds,
             read_timeout=settings.image_fetch_read_timeout_seconds,
+            total_timeout=settings.image_fetch_total_timeout_seconds,
         )
 
 
@@ -87,6 +90,17 @@ def refusal_reason(address: IPAddress, policy: FetchPolicy) -> str | None:
 
 async def fetch_image_bytes(url: str, policy: FetchPolicy) -> bytes:
     """The body of `url`, fetched under `policy`; ImageRejected says why when refused."""
+    try:
+        async with asyncio.timeout(policy.total_timeout):
+            return await _fetch(url, policy)
+    except TimeoutError as error:
+        raise ImageRejected(
+            f"Fetching the image URL {url} took longer than {policy.total_timeout:g} s; "
+            "send it as a data: URL or from a faster server."
+        ) from error
+
+
+async def _fetch(url: str, policy: FetchPolicy) -> bytes:
     timeout = httpx2.Timeout(policy.read_timeout, connect=policy.connect_timeout)
     async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client:
         current = _parse(url)

@@ -171,6 +171,13 @@ def test_slow_server_times_out(public_server: ImageServer) -> None:
     assert "timed out (ReadTimeout)" in message
 
 
+def test_trickling_body_is_cut_at_the_total_time_limit(public_server: ImageServer) -> None:
+    public_server.routes["/trickle.png"] = Route(stream_bytes=64 * 1024 * 40, piece_delay=0.1)
+    message = refusal(public_server.url("/trickle.png"), public_policy(read_timeout=1.0, total_timeout=0.6))
+    assert "took longer than 0.6 s" in message
+    assert not public_server.finished["/trickle.png"]
+
+
 def test_error_status_and_unknown_host_are_named(public_server: ImageServer) -> None:
     assert "returned HTTP 404" in refusal(public_server.url("/missing.png"), public_policy())
     assert "could not be resolved" in refusal("http://nowhere.example.com/a.png", public_policy())
