@@ -38,13 +38,14 @@ __all__ = [
 async def load_image(url: str, *, policy: FetchPolicy | None = None) -> LoadedImage:
     """Decode the image a `data:` URL carries or an http(s) URL serves (fetched under `policy`,
     the server's settings by default). Raises ImageRejected (a ValueError) saying why."""
-    policy = policy or FetchPolicy.from_settings(get_settings())
+    limits = policy or FetchPolicy.from_settings(get_settings())
+    # Base64 and decoding take up to a second for a large photo: off the event loop.
     if url[:5].lower() == "data:":
-        data = _data_url_bytes(url, policy.max_bytes)
-    else:
-        data = await fetch_image_bytes(url, policy)
-    # Decoding a large image takes tens of milliseconds: off the event loop.
-    return await asyncio.to_thread(decode_image, data, max_pixels=policy.max_pixels)
+        return await asyncio.to_thread(
+            lambda: decode_image(_data_url_bytes(url, limits.max_bytes), max_pixels=limits.max_pixels)
+        )
+    data = await fetch_image_bytes(url, limits)
+    return await asyncio.to_thread(decode_image, data, max_pixels=limits.max_pixels)
 
 
 def decode_base64_image(payload: str, *, policy: FetchPolicy | None = None) -> LoadedImage:

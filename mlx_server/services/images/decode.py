@@ -25,7 +25,9 @@ class ImageRejected(ValueError):
 
 @dataclass(frozen=True)
 class LoadedImage:
-    """A decoded image ready for a processor: RGB, upright, with the hash of its source bytes."""
+    """A decoded image ready for a processor: RGB, upright, with the hash of its source bytes.
+    Shared through the cache by every request sending these bytes: read it, never change it
+    in place (fit_image and the processors make new images)."""
 
     image: Image.Image
     sha256: str
@@ -93,6 +95,7 @@ def decode_image(data: bytes, *, max_pixels: int) -> LoadedImage:
     digest = hashlib.sha256(data).hexdigest()
     cached = _cache.get(digest)
     if cached is not None:
+        _check_pixels(cached.width, cached.height, max_pixels)  # decoded under another limit
         return cached
     loaded = _decode(data, digest, max_pixels=max_pixels)
     _cache.put(loaded)
@@ -116,12 +119,7 @@ def _decode(data: bytes, digest: str, *, max_pixels: int) -> LoadedImage:
                 "send one of those formats."
             ) from error
         with opened:
-            width, height = opened.size
-            if width * height > max_pixels:
-                raise ImageRejected(
-                    f"The image is {width}x{height} pixels ({width * height:,}), over the limit of "
-                    f"{max_pixels:,} pixels; send a smaller image."
-                )
+            _check_pixels(*opened.size, max_pixels)
             media_type = ACCEPTED_FORMATS[str(opened.format)]
             try:
                 opened.seek(0)  # the first frame of an animated GIF or WebP
@@ -133,6 +131,14 @@ def _decode(data: bytes, digest: str, *, max_pixels: int) -> LoadedImage:
                     "send a complete image file."
                 ) from error
     return LoadedImage(image=rgb, sha256=digest, media_type=media_type, source_bytes=len(data))
+
+
+def _check_pixels(width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise ImageRejected(
+            f"The image is {width}x{height} pixels ({width * height:,}), over the limit of "
+            f"{max_pixels:,} pixels; send a smaller image."
+        )
 
 
 def _describe(data: bytes) -> str:

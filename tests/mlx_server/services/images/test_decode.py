@@ -141,6 +141,13 @@ def test_the_same_bytes_decode_once() -> None:
     assert other.sha256 != first.sha256
 
 
+def test_a_cached_image_still_meets_a_stricter_pixel_limit() -> None:
+    source = encoded(Image.new("RGB", (20, 20), "olive"), "PNG")
+    decode_image(source, max_pixels=10_000)
+    with pytest.raises(ImageRejected, match=r"20x20 pixels \(400\), over the limit of 100 pixels"):
+        decode_image(source, max_pixels=100)
+
+
 def test_cache_evicts_least_recently_used_within_its_pixel_budget() -> None:
     cache = DecodedImageCache(max_pixels=250)
     images = [
