@@ -113,6 +113,13 @@ from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.services.speech.synthesis import MAX_INPUT_CHARS as MAX_SPEECH_INPUT_CHARS
 from mlx_server.services.speech.synthesis import SpeechStream, synthesize_speech
+from mlx_server.services.transcription.audio_input import inspect_audio
+from mlx_server.services.transcription.transcribe import (
+    Transcript,
+    TranscriptionOptions,
+    check_request,
+    transcribe_audio,
+)
 from mlx_server.utils.sliding_window import SlidingWindow
 
 
@@ -193,6 +200,8 @@ __all__ = [
     "ToolCallEvent",
     "ToolCallRejected",
     "ToolCallStarted",
+    "Transcript",
+    "TranscriptionOptions",
     "Usage",
     "WhisperImportError",
     "__version__",
@@ -200,6 +209,7 @@ __all__ = [
     "audit_service",
     "bench_arguments",
     "bind_refusal",
+    "check_request",
     "count_audit_rows",
     "create_api_key",
     "create_embeddings",
@@ -221,6 +231,7 @@ __all__ = [
     "import_gguf",
     "import_whisper",
     "input_list",
+    "inspect_audio",
     "instrument",
     "is_cross_site",
     "is_loopback",
@@ -252,6 +263,7 @@ __all__ = [
     "set_pinned",
     "set_pool_limits",
     "synthesize_speech",
+    "transcribe_audio",
     "unload_all",
     "unload_model",
     "upgrade_database",

@@ -95,6 +95,7 @@
       const input = document.getElementById("chat-input");
       input.value = (input.value.trim() ? input.value.trimEnd() + " " : "") + answer.trim();
       input.focus();
+      hint(answer.trim() ? "Transcribed: check the text, then send." : "Nothing was heard; try again closer to the microphone.");
     } catch (error) {
       hint("Transcription failed: " + error.message);
     } finally {

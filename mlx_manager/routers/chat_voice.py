@@ -1,12 +1,15 @@
-"""The playground's voice: a reply read aloud (streamed WAV for an <audio> element)."""
+"""The playground's voice: a reply read aloud (streamed WAV for an <audio> element) and the
+microphone's recording transcribed into the message box (plain text for the page's script)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, File, UploadFile
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from mlx_manager.deps import RowId, SessionDep
-from mlx_manager.services.chat_voice import VoiceError, read_aloud
+from mlx_manager.services.chat_voice import VoiceError, read_aloud, transcribe_recording
 from mlx_server.facade import APIError
 
 router = APIRouter(prefix="/chat")
@@ -20,3 +23,13 @@ async def speech(session: SessionDep, message_id: RowId) -> Response:
     except (VoiceError, APIError) as exc:
         return PlainTextResponse(exc.message, status_code=exc.status)
     return StreamingResponse(stream, media_type=stream.media_type, headers={"Cache-Control": "no-store"})
+
+
+@router.post("/transcribe", response_class=PlainTextResponse)
+async def transcribe(session: SessionDep, file: Annotated[UploadFile, File()]) -> Response:
+    """The recording's text, for the page to put into the message box."""
+    try:
+        text = await transcribe_recording(session, file.file, file.filename or "recording.wav")
+    except (VoiceError, APIError) as exc:
+        return PlainTextResponse(exc.message, status_code=exc.status)
+    return PlainTextResponse(text)

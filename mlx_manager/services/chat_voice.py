@@ -6,8 +6,11 @@ and says what to import."""
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sqlmodel import Session, select
 
@@ -17,9 +20,14 @@ from mlx_server.facade import (
     ModelCapabilities,
     ModelType,
     SpeechStream,
+    Transcript,
+    TranscriptionOptions,
+    check_request,
     detect_model_type,
+    inspect_audio,
     list_models,
     synthesize_speech,
+    transcribe_audio,
 )
 
 _CODE_BLOCK = re.compile(r"```.*?(```|$)", re.DOTALL)
@@ -78,3 +86,22 @@ async def read_aloud(session: Session, message_id: int) -> SpeechStream:
     if model is None:
         raise VoiceError(409, "No text-to-speech model: import one on the Models page to hear replies.")
     return await synthesize_speech(model, text, voice=None, speed=1.0, response_format="wav")
+
+
+async def transcribe_recording(session: Session, recording: BinaryIO, name: str) -> str:
+    """What the microphone recorded (a WAV the page made), as text from the first speech-to-text
+    model; the upload is spooled to a file of its own, which the decoder reads block by block."""
+    model = VoiceModels.of(session).transcription
+    if model is None:
+        raise VoiceError(
+            409, "No speech-to-text model: import whisper-tiny.en on the Models page to dictate."
+        )
+    options = TranscriptionOptions()
+    with tempfile.NamedTemporaryFile(prefix="mlx-recording-", suffix=Path(name).suffix[:10]) as spooled:
+        shutil.copyfileobj(recording, spooled, length=1 << 20)
+        spooled.flush()
+        audio = inspect_audio(Path(spooled.name), name)
+        transcript = Transcript(language=check_request(model, options), duration=audio.duration)
+        async for _ in transcribe_audio(model, audio, options, transcript):
+            pass
+    return transcript.text

@@ -1,5 +1,6 @@
 """The playground's voice in a real browser: "Read aloud" plays a reply spoken by the random-weight
-KittenTTS (tests/fixtures/tiny_tts_model.py) through an <audio> element."""
+KittenTTS (tests/fixtures/tiny_tts_model.py) through an <audio> element, and the microphone
+button puts what a fake microphone said into the message box (whisper tiny.en)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.support import SECONDS, browse
+from tests.fixtures.speech_clips import FOX, word_error_rate
 from tests.support import store_exchange
 
 # Headless chromium has no sound card; audio still decodes and the clock runs.
@@ -35,3 +37,30 @@ def test_read_aloud_plays_the_reply_in_an_audio_element(
             timeout=30 * SECONDS,
         )
         assert player.evaluate("a => a.error") is None
+
+
+@pytest.mark.browser
+def test_the_microphone_fills_the_message_box_with_the_transcript(
+    live_server: str, chromium: Path, smollm_dir: Path, whisper_dir: Path, fox_clip: Path
+) -> None:
+    """chromium's fake microphone plays the espeak-ng clip (looped); the page records it with
+    MediaRecorder, decodes it to a 16 kHz WAV, and whisper tiny.en transcribes it."""
+    cid, _, _ = store_exchange({"smol": smollm_dir, "whisper-tiny.en": whisper_dir}, "Hello.")
+    microphone = [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={fox_clip}",
+    ]
+    with browse(live_server, chromium, microphone) as page:
+        page.goto(f"{live_server}/chat/{cid}")
+        mic = page.get_by_role("button", name="Record")
+        mic.click()
+        expect(page.locator("#mic-status")).to_contain_text("Recording")
+        page.wait_for_timeout(4.2 * SECONDS)  # the clip is about 3.8 s long
+        page.get_by_role("button", name="Stop recording").click()
+        message = page.get_by_label("Message")
+        expect(message).not_to_have_value("", timeout=120 * SECONDS)
+        heard = message.input_value()
+        # The fake device loops the clip: the recording may end a word into its next round.
+        assert word_error_rate(FOX, " ".join(heard.split()[:9])) <= 0.2, heard
+        expect(page.locator("#mic-status")).to_contain_text("Transcribed")

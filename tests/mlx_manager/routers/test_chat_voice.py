@@ -16,7 +16,7 @@ from mlx_manager.services.chat_voice import VoiceModels, spoken_text
 from mlx_server.database import get_engine
 from mlx_server.services.speech.synthesis import MAX_INPUT_CHARS
 from tests.fixtures.tiny_tts_model import SAMPLE_RATE
-from tests.support import store_exchange
+from tests.support import csrf_headers, store_exchange
 
 REPLY = "Hello there. This **reply** is read aloud.\n\n```python\nprint('not read')\n```"
 
@@ -52,10 +52,26 @@ def test_without_a_speech_model_the_buttons_are_disabled_with_a_hint(home: Path,
         page = client.get(f"/chat/{cid}").text
         assert "No text-to-speech model: replies cannot be read aloud." in page
         assert 'disabled title="No text-to-speech model' in page
+        assert 'disabled title="No speech-to-text model' in page
         response = client.get(f"/chat/messages/{reply}/speech.wav")
         assert response.status_code == 409 and "import one on the Models page" in response.text
+        recording = {"file": ("recording.wav", b"RIFF", "audio/wav")}
+        refused = client.post("/chat/transcribe", files=recording, headers=csrf_headers(client))
+        assert refused.status_code == 409 and "import whisper-tiny.en" in refused.text
     with Session(get_engine()) as session:
         assert VoiceModels.of(session) == VoiceModels(speech=None, transcription=None, audio=frozenset())
+
+
+def test_a_recording_that_is_not_audio_is_refused_before_any_model_loads(
+    home: Path, whisper_dir: Path, smollm_dir: Path
+) -> None:
+    """The real transcription is the browser test's (tests/browser/test_chat_voice_browser.py)."""
+    with chat_app({"smol": smollm_dir, "whisper-tiny.en": whisper_dir}) as (client, cid, _, _):
+        assert "Dictate with whisper-tiny.en." in client.get(f"/chat/{cid}").text
+        not_audio = {"file": ("recording.wav", b"this is text, not audio", "audio/wav")}
+        refused = client.post("/chat/transcribe", files=not_audio, headers=csrf_headers(client))
+        assert refused.status_code == 400 and "not an audio file" in refused.text
+        assert client.get("/v1/admin/pool").json()["models"] == []
 
 
 def test_spoken_text_leaves_out_code_and_markup_and_stops_at_a_sentence_within_the_limit() -> None:
