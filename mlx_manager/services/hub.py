@@ -36,13 +36,16 @@ DEFAULT_CONTEXT_TOKENS = 4096
 SEARCH_LIMIT = 30
 SearchSort = Literal["downloads", "likes", "recent"]
 # The model type filter, as the hub's pipeline tags: embedding models carry either of two,
-# vision chat models (Qwen2.5-VL, Gemma 3, SmolVLM...) image-text-to-text.
-SearchType = Literal["", "text-gen", "vision", "embeddings"]
+# vision chat models (Qwen2.5-VL, Gemma 3, SmolVLM...) image-text-to-text, Whisper & co.
+# automatic-speech-recognition, Kokoro & co. text-to-speech.
+SearchType = Literal["", "text-gen", "vision", "embeddings", "stt", "tts"]
 PIPELINE_TAGS: dict[SearchType, tuple[str | None, ...]] = {
     "": (None,),
     "text-gen": ("text-generation",),
     "vision": ("image-text-to-text",),
     "embeddings": ("feature-extraction", "sentence-similarity"),
+    "stt": ("automatic-speech-recognition",),
+    "tts": ("text-to-speech",),
 }
 # The hub listing's sort keys.
 SORTS: dict[SearchSort, str] = {"downloads": "downloads", "likes": "likes", "recent": "lastModified"}

@@ -56,7 +56,8 @@ class LocalModel:
             ("thinking", bool(caps.supports_thinking)),
             ("vision", caps.model_type == "vision"),
             ("embeddings", caps.model_type == "embeddings"),
-            ("audio", bool(caps.supports_tts or caps.supports_stt)),
+            ("speech-to-text", bool(caps.supports_stt)),
+            ("text-to-speech", bool(caps.supports_tts)),
         ]
         return [name for name, present in found if present]
 

@@ -29,6 +29,7 @@ from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.records import ModelCapabilities
+from mlx_server.services.operations.probe_audio import probe_audio_model
 from mlx_server.services.operations.probe_embeddings import probe_embedding_model
 from mlx_server.services.operations.probe_vision import check_images
 from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
@@ -144,22 +145,21 @@ async def probe_model(
         _running.discard(model_id)
 
 
+_AUDIO_TYPES = (ModelType.SPEECH_TO_TEXT, ModelType.TEXT_TO_SPEECH)
+
+
 async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
     with steps.step("detect") as outcome:
         spec = read_spec(model_id)  # ModelNotFoundError, or missing files, before anything loads
         model_type = detect_model_type(spec.path, spec.config)
         family = detect_model_family(model_id, spec.config, read_chat_template(spec.path))
-        if model_type not in (ModelType.TEXT_GEN, ModelType.VISION, ModelType.EMBEDDINGS):
-            raise APIError(
-                400,
-                f"{model_id!r} is of type {model_type}; the probe runs text-generation, vision and "
-                "embedding models only.",
-                param="model",
-                code="model_type_unsupported",
-            )
+        if model_type in _AUDIO_TYPES:
+            family = str(spec.config.get("model_type") or family)  # whisper, kokoro, ...
         outcome.detail = f"type {model_type}, family {family}"
     if model_type is ModelType.EMBEDDINGS:
         return await probe_embedding_model(model_id, family, steps, _unload)
+    if model_type in _AUDIO_TYPES:
+        return await probe_audio_model(model_id, model_type, family, steps, _unload)
     pool = get_model_pool()
     was_loaded = pool.get_loaded(model_id) is not None
     with steps.step("load") as outcome:

@@ -144,11 +144,15 @@ def _segments(result: Any, offset: float, first_id: int, limit: float) -> list[S
     return out
 
 
-def _hear(
-    loaded: LoadedModel, window: np.ndarray[Any, np.dtype[np.float32]], options: TranscriptionOptions,
-    language: str, prompt: str | None,
-) -> Any:  # fmt: skip
-    """One window through mlx-audio's Whisper (on the MLX thread)."""
+def hear_window(
+    loaded: LoadedModel,
+    window: np.ndarray[Any, np.dtype[np.float32]],
+    options: TranscriptionOptions,
+    language: str = "",
+    prompt: str | None = None,
+) -> Any:
+    """At most 30 s of 16 kHz audio through mlx-audio's Whisper (on the MLX thread): its result
+    (text, segments relative to the window, language)."""
     model = loaded.model
     temperature: float | tuple[float, ...] = (
         options.temperature if options.temperature is not None else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -181,7 +185,7 @@ def recognise(
         window, pending = pending[:window_samples], pending[window_samples:]
         last = exhausted and not len(pending)
         prompt = " ".join(filter(None, [options.prompt, transcript.text[-PROMPT_CHARS:]])) or None
-        result = _hear(loaded, window, options, transcript.language, prompt)
+        result = hear_window(loaded, window, options, transcript.language, prompt)
         transcript.language = transcript.language or str(result.language or "")
         heard = _segments(result, offset, len(transcript.segments), transcript.duration)
         keep = round((heard[-1].start - offset) * SAMPLE_RATE) if heard else 0

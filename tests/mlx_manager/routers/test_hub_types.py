@@ -53,7 +53,7 @@ def test_the_search_form_offers_the_type_and_the_results_follow_it(
     form = client.get("/models", params={"q": "", "model_type": "embeddings"}).text
     assert '<option value="embeddings" selected>Embeddings</option>' in form
     assert re.findall(r'data-repo-id="([^"]+)"', form) == [BGE, MINILM]
-    assert client.get("/hub/search", params={"model_type": "audio"}).status_code == 422
+    assert client.get("/hub/search", params={"model_type": "music"}).status_code == 422
 
 
 def test_vision_asks_the_hub_for_image_text_to_text(
@@ -66,3 +66,26 @@ def test_vision_asks_the_hub_for_image_text_to_text(
     assert '<option value="vision" selected>Vision (image-text-to-text)</option>' in form
     assert re.findall(r'data-repo-id="([^"]+)"', form) == [QWEN_VL]
     assert QWEN_VL not in _ids(typed_hub, hub_cache.parent, model_type="text-gen")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "label", "tag", "repo_id"),
+    [
+        ("stt", "Speech to text", "automatic-speech-recognition", "mlx-community/whisper-tiny-asr-fp16"),
+        ("tts", "Text to speech", "text-to-speech", "mlx-community/Kokoro-82M-bf16"),
+    ],
+)
+def test_speech_models_are_found_by_their_pipeline_tag(
+    hub_cache: Path,
+    typed_hub: HubServer,
+    client: TestClient,
+    model_type: str,
+    label: str,
+    tag: str,
+    repo_id: str,
+) -> None:
+    typed_hub.repos[repo_id] = HubRepo(repo_id, [CONFIG_ONLY], pipeline_tag=tag, tags=["mlx", tag])
+    form = client.get("/models", params={"q": "", "model_type": model_type}).text
+    assert f'<option value="{model_type}" selected>{label}</option>' in form
+    assert re.findall(r'data-repo-id="([^"]+)"', form) == [repo_id]
+    assert repo_id not in _ids(typed_hub, hub_cache.parent, model_type="text-gen")
