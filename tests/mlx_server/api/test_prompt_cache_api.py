@@ -10,26 +10,16 @@ import openai
 from mlx_server.models.store import DEFAULT_MODEL_ID
 from tests.support import ServerProcess
 
-# Two ~150-token system prompts, as two agents (or an agent and its side requests) would send.
+# Two system prompts (~35 tokens each), as two agents (or an agent and its side requests) would
+# send; prefill runs ~10 tokens/s on this CPU, and a short prefix proves reuse as well as a long one.
 SYSTEMS = {
     "bakery": (
-        "You are the assistant of a small family bakery in Lyon. You answer customers' questions "
-        "about opening hours, bread, pastries, cakes for birthdays and weddings, allergens, prices "
-        "and orders. The bakery opens from seven in the morning to seven in the evening, Tuesday "
-        "to Sunday, and is closed on Mondays. Sourdough is baked twice a day; croissants sell out "
-        "by ten. Orders for cakes need two days' notice and a deposit. Be friendly, brief and "
-        "precise; never invent a product the bakery does not sell, and say so when you do not know. "
-        "Deliveries are made within the city on Saturday mornings only, for orders over thirty euros."
+        "You are the assistant of a small family bakery in Lyon. It opens from seven to seven, "
+        "Tuesday to Sunday; cakes need two days' notice. Be friendly and brief."
     ),
     "railway": (
-        "You help travellers plan train journeys across Europe. You know night trains, high-speed "
-        "lines, regional connections, reservations, rail passes, luggage rules, bicycles on board "
-        "and accessibility services. When asked about a route, give the usual changes, the typical "
-        "duration and whether a seat reservation is required. Prices change often: give ranges and "
-        "advise checking the operator's site. Answer in short sentences, in the traveller's "
-        "language, and ask for the travel date when it matters for the answer you give them. "
-        "When a strike or engineering works are likely, mention it and suggest an alternative route, "
-        "and remind travellers with pets or bicycles to check the rules of each operator on the way."
+        "You help travellers plan train journeys across Europe: night trains, high-speed lines, "
+        "reservations and rail passes. Give the usual changes and the duration, briefly."
     ),
 }
 QUESTIONS = ["Hello, can you help me?", "What should I know first?", "Thanks, anything else?"]
@@ -53,7 +43,7 @@ def test_alternating_conversations_each_reuse_their_own_prefix(inference_server:
             assert usage is not None and usage.prompt_tokens_details is not None
             cached = usage.prompt_tokens_details.cached_tokens or 0
             if round_no == 0:
-                assert usage.prompt_tokens > 150
+                assert usage.prompt_tokens > 50  # the system prompt and the question
             else:
                 # The whole previous prompt of this conversation, though the other one came between.
                 assert cached >= previous_prompt[name], (name, round_no, cached, previous_prompt[name])
@@ -77,4 +67,4 @@ def test_anthropic_usage_counts_the_cached_prefix(claude: anthropic.Anthropic) -
         return reply.usage.cache_read_input_tokens or 0
 
     ask("Is there a night train to Vienna?")
-    assert ask("Do I need a reservation to Milan?") >= 140  # the whole system turn (~145 tokens)
+    assert ask("Do I need a reservation to Milan?") >= 35  # the whole system turn (~38 tokens)
