@@ -104,6 +104,8 @@ class Traffic:
         self.saved_max_tokens = 0  # the last settings save answered 303
         self.refused: dict[int, int] = {}  # /v1 answers other than 200, by status
         self.errors: list[str] = []  # answers that were neither acknowledgements nor refusals
+        self.saving = threading.Event()  # a settings save sent and not yet answered
+        self.cut_off: list[str] = []  # the clients whose request the kill left unanswered
         self.threads = [
             *(threading.Thread(target=self._requests) for _ in range(3)),
             threading.Thread(target=self._conversations),
@@ -117,6 +119,7 @@ class Traffic:
                 try:
                     step(client)
                 except httpx.TransportError:
+                    self.cut_off.append(step.__qualname__.split(".")[1])
                     return  # the server was killed
                 except AssertionError as exc:
                     self.errors.append(str(exc))
@@ -151,11 +154,12 @@ class Traffic:
         def step(client: httpx.Client) -> None:
             value = self.saved_max_tokens + 1
             form = {"temperature": "0.5", "top_p": "0.9", "top_k": "40", "max_tokens": str(value)}
+            headers = csrf_headers(client)
+            self.saving.set()
             response = client.post(
-                "/settings/generation",
-                data={**form, "api_max_tokens": str(value)},
-                headers=csrf_headers(client),
+                "/settings/generation", data={**form, "api_max_tokens": str(value)}, headers=headers
             )
+            self.saving.clear()
             assert response.status_code == 303, response.text
             self.saved_max_tokens = value
             self.stop.wait(0.1)
@@ -215,6 +219,7 @@ def test_kill_9_mid_traffic_loses_nothing_acknowledged_and_one_server_holds_a_ho
         assert "another server is already running on the home" in refused
         assert f"pid {first.process.pid} serving http://127.0.0.1:{first.port}" in refused
         _wait(traffic.busy, 45, "requests, conversations, a settings save and audit rows acknowledged")
+        _wait(traffic.saving.is_set, 10, "a settings save in flight")
     finally:
         if second.poll() is None:  # it started after all: the test fails, leave nothing behind
             second.kill()
@@ -225,6 +230,7 @@ def test_kill_9_mid_traffic_loses_nothing_acknowledged_and_one_server_holds_a_ho
             thread.join(timeout=30)
     assert first.process.wait(timeout=10) == -signal.SIGKILL
     assert not traffic.errors, traffic.errors
+    assert {"_requests", "_settings"} <= set(traffic.cut_off)  # killed mid-request and mid-save
 
     restarted = ServerProcess(smol_home, tmp_path / "restarted.log", env=env)
     restarted.start()  # the kernel released the dead server's lock: no stale lock
@@ -251,7 +257,8 @@ def _check_database(path: Path, traffic: Traffic) -> None:
     print(
         f"\nacknowledged before kill -9: {len(traffic.answered)} /v1 requests "
         f"({len(unwritten)} of their rows still queued), {len(traffic.audited)} audit rows seen, "
-        f"{len(traffic.conversations)} conversations, settings save #{traffic.saved_max_tokens}"
+        f"{len(traffic.conversations)} conversations, settings save #{traffic.saved_max_tokens}; "
+        f"cut off in flight: {sorted(traffic.cut_off)}"
     )
 
 
