@@ -35,7 +35,22 @@ FILE_EVENT = """([kind, b64, name]) => {
     : new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true });
   target.dispatchEvent(event);
 }"""
-LOADED = "imgs => imgs.map(img => img.complete && img.naturalWidth > 0)"
+ALL_LOADED = """selector => {
+  const imgs = [...document.querySelectorAll(selector)];
+  return imgs.length > 0 && imgs.every(img => img.complete && img.naturalWidth > 0);
+}"""
+# Whether a reply being generated (followed over server-sent events) was on the page, and the
+# longest text it showed; reset per turn.
+RECORD_TURNS = """
+window.__turn = { seen: false, longest: 0 };
+document.addEventListener('DOMContentLoaded', () => new MutationObserver(() => {
+  const reply = document.querySelector('#streaming-message');
+  if (!reply) return;
+  window.__turn.seen = true;
+  const text = reply.querySelector('.stream-text')?.textContent ?? '';
+  window.__turn.longest = Math.max(window.__turn.longest, text.length);
+}).observe(document.body, { childList: true, subtree: true, characterData: true }));
+"""
 
 
 def png(color: str) -> bytes:
@@ -63,10 +78,14 @@ def _reply_done(page: Page, replies: int) -> None:
     expect(page.locator("#chat-status")).to_have_text("")
 
 
+def _loaded(page: Page, selector: str, count: int) -> None:
+    """`count` images match, and every one has been fetched and decoded by the browser."""
+    expect(page.locator(selector)).to_have_count(count)
+    page.wait_for_function(ALL_LOADED, arg=selector)
+
+
 def _thumbnails_loaded(page: Page, count: int) -> None:
-    thumbs = page.locator("#messages .msg-user img.thumb")
-    expect(thumbs).to_have_count(count)
-    assert thumbs.evaluate_all(LOADED) == [True] * count
+    _loaded(page, "#messages .msg-user img.thumb", count)
 
 
 @pytest.mark.browser
@@ -74,6 +93,7 @@ def test_images_attached_by_chooser_paste_and_drop_are_sent_shown_and_kept(
     live_server: str, chromium: Path, models: None
 ) -> None:
     with browse(live_server, chromium) as page:
+        page.add_init_script(RECORD_TURNS)
         page.goto(live_server + "/chat")
         model = page.get_by_role("main").get_by_label("Model")
         model.select_option("smol")
@@ -90,13 +110,12 @@ def test_images_attached_by_chooser_paste_and_drop_are_sent_shown_and_kept(
         chooser.value.set_files([red])
         _file_event(page, "paste", png("green"), "pasted.png")
         previews = page.locator("#attachment-previews img.thumb")
-        expect(previews).to_have_count(2)
-        assert previews.evaluate_all(LOADED) == [True, True]
+        _loaded(page, "#attachment-previews img.thumb", 2)
 
         panel = page.locator("details.chat-controls")
         panel.locator("summary").click()
         panel.get_by_label("Temperature").fill("0")
-        panel.get_by_label("Max tokens").fill("3")
+        panel.get_by_label("Max tokens").fill("16")
         panel.locator("summary").click()
         box = page.get_by_role("textbox", name="Message")
         box.fill("What colours are these?")
@@ -110,9 +129,11 @@ def test_images_attached_by_chooser_paste_and_drop_are_sent_shown_and_kept(
         # A second message in the conversation goes through htmx (multipart): an image dropped.
         _file_event(page, "drop", png("blue"), "dropped.png")
         expect(previews).to_have_count(1)
+        page.evaluate("window.__turn = { seen: false, longest: 0 }")
         box.fill("And this one?")
         box.press("Enter")
         _reply_done(page, 2)
+        assert page.evaluate("window.__turn.seen")  # the reply was followed live, then stored
         expect(previews).to_have_count(0)  # the composer is cleared once the message is accepted
         _thumbnails_loaded(page, 3)
         screenshot(page, "chat-images.png")
