@@ -1,11 +1,13 @@
 """A local HTTP server for image-fetching tests, on 127.0.0.1 (or another loopback address).
 
-Routes are set per path: a status, headers and a body (bytes, or a size to stream as zeros in
-64 KiB pieces until the client hangs up). Every request's path and Host header is recorded,
-and the bytes the server managed to send per path are counted."""
+Plain http, or https with a given server context. Routes are set per path: a status, headers
+and a body (bytes, or a size to stream as zeros in 64 KiB pieces until the client hangs up).
+Every request's path and Host header is recorded, and the bytes the server managed to send per
+path are counted."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,19 +28,22 @@ class Route:
 
 
 class ImageServer:
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.routes: dict[str, Route] = {}
         self.requests: list[tuple[str, str]] = []  # (path, Host header)
         self.sent: dict[str, int] = {}
         self.finished: dict[str, bool] = {}
         self._httpd = ThreadingHTTPServer((host, 0), _handler(self))
         self._httpd.daemon_threads = True
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+        self.scheme = "https" if tls is not None else "http"
         self.host = host
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 
     def url(self, path: str, host: str | None = None) -> str:
-        return f"http://{host or self.host}:{self.port}{path}"
+        return f"{self.scheme}://{host or self.host}:{self.port}{path}"
 
     def __enter__(self) -> ImageServer:
         self._thread.start()

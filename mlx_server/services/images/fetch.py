@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -49,6 +50,8 @@ class FetchPolicy:
     total_timeout: float = 30.0
     max_redirects: int = 3
     resolver: Resolver = field(default=resolve_host, compare=False)
+    # Whom https servers must prove they are: the system's CAs, or a context with a private CA.
+    tls_verify: ssl.SSLContext | bool = field(default=True, compare=False)
 
     @classmethod
     def from_settings(cls, settings: MLXServerSettings) -> FetchPolicy:
@@ -102,7 +105,9 @@ async def fetch_image_bytes(url: str, policy: FetchPolicy) -> bytes:
 
 async def _fetch(url: str, policy: FetchPolicy) -> bytes:
     timeout = httpx2.Timeout(policy.read_timeout, connect=policy.connect_timeout)
-    async with httpx2.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    async with httpx2.AsyncClient(
+        timeout=timeout, follow_redirects=False, trust_env=False, verify=policy.tls_verify
+    ) as client:
         current = _parse(url)
         for _ in range(policy.max_redirects + 1):
             location = await _fetch_once(client, current, policy)

@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import io
 import ipaddress
+import ssl
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -127,6 +130,36 @@ def test_fetch_connects_to_the_checked_address_with_the_name_in_host(public_serv
     host = f"images.example.com:{public_server.port}"
     assert public_server.requests == [("/a.png", host), ("/b.png", host)]
     assert calls == ["images.example.com", "images.example.com"]  # one lookup per hop
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for images.example.com (openssl), and its key."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
+         "-out", str(cert), "-subj", "/CN=images.example.com",
+         "-addext", "subjectAltName=DNS:images.example.com"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_https_connects_to_the_checked_address_and_verifies_the_name(certificate: tuple[Path, Path]) -> None:
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(*certificate)
+    trust = ssl.create_default_context(cafile=str(certificate[0]))
+    names = {"images.example.com": PUBLIC_STAND_IN, "other.example.com": PUBLIC_STAND_IN}
+    policy = public_policy(resolver=mapped(names), tls_verify=trust)
+    with ImageServer(PUBLIC_STAND_IN, tls=server_context) as server:
+        server.routes["/cat.png"] = Route(png("green"))
+        loaded = load(server.url("/cat.png", host="images.example.com"), policy)
+        assert loaded.image.getpixel((1, 1)) == (0, 128, 0)
+        # The certificate is checked against the URL's name, not the address connected to.
+        message = refusal(server.url("/cat.png", host="other.example.com"), policy)
+        assert "certificate verify failed" in message and "other.example.com" in message
+    assert server.requests == [("/cat.png", f"images.example.com:{server.port}")]
 
 
 def test_more_than_three_redirects_are_refused(public_server: ImageServer) -> None:
