@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, File, UploadFile
+from fastapi import APIRouter, File, Request, UploadFile
 from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from mlx_manager.deps import RowId, SessionDep
 from mlx_manager.services.chat_voice import VoiceError, read_aloud, transcribe_recording
-from mlx_server.facade import APIError
+from mlx_server.facade import APIError, is_cross_site
 
 router = APIRouter(prefix="/chat")
 
 
 @router.get("/messages/{message_id}/speech.wav", response_class=StreamingResponse)
-async def speech(session: SessionDep, message_id: RowId) -> Response:
-    """The reply as speech, streamed as the model speaks it (reading it changes nothing)."""
+async def speech(request: Request, session: SessionDep, message_id: RowId) -> Response:
+    """The reply as speech, streamed as the model speaks it (reading it changes nothing). Not for
+    another site's page: an <audio> element there could play a reply and learn its length."""
+    if is_cross_site(dict(request.headers)):
+        return PlainTextResponse("Replies are read aloud on this dashboard's own pages only.", 403)
     try:
         stream = await read_aloud(session, message_id)
     except (VoiceError, APIError) as exc:
