@@ -72,7 +72,7 @@ def stored_files() -> list[str]:
     return sorted(p.name for p in images_dir().glob("*")) if images_dir().exists() else []
 
 
-def test_text_only_model_refuses_attachments_and_the_page_says_so(chat: TestClient, red: bytes) -> None:
+def test_attachments_refused_for_a_text_only_model_or_when_not_images(chat: TestClient, red: bytes) -> None:
     files = [("images", ("red.png", red, "image/png"))]
     response = chat.post("/chat/send", data={**SEND, "model_id": "smol"}, files=files)
     assert response.status_code == 400
@@ -89,13 +89,13 @@ def test_text_only_model_refuses_attachments_and_the_page_says_so(chat: TestClie
     assert 'accept="image/png,image/jpeg,image/webp,image/gif" disabled>' in page
     assert "The selected model reads text only: pick a vision model to attach images." in page
 
-
-def test_a_file_that_is_not_an_image_is_refused_by_name(chat: TestClient) -> None:
+    # A file that is not an image is refused by its name, for a vision model too.
     files = [("images", ("notes.png", b"<html>not an image</html>", "image/png"))]
     response = chat.post("/chat/send", data=SEND, files=files)
     assert response.status_code == 400
     refusal = "The image notes.png was refused: The image data is not a PNG, JPEG, WebP or GIF image"
     assert refusal in response.text
+    assert stored_files() == []
 
 
 def test_attached_image_reaches_the_model_and_shows_on_reload_and_in_exports(
