@@ -7,11 +7,14 @@ so the tests share few requests: each checks all it can of one response."""
 from __future__ import annotations
 
 import re
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
@@ -150,3 +153,65 @@ def test_bad_uploads_are_clear_400s_and_the_server_stays_healthy(
     assert server.get("/health").status_code == 200
     assert [row.status for row in _audit_rows(server)][:3] == [400, 400, 400]
     assert not list(Path(tempfile.gettempdir()).glob("mlx-audio-*")), "uploads left behind"
+
+
+MB = 1024 * 1024
+BOUNDARY = "audio-upload-boundary"
+
+
+def _upload_head(chunked: bool) -> bytes:
+    """The request's headers and the start of its multipart body (a chunk of its own if chunked)."""
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {200 * MB}"
+    preamble = (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="huge.wav"\r\n\r\n'
+    ).encode()
+    head = (
+        "POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n{framing}\r\n\r\n"
+    ).encode()
+    return head + (_chunk(preamble) if chunked else preamble)
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def _send_until_refused(port: int, chunked: bool, block: bytes, blocks: int) -> tuple[bytes, int]:
+    """Send the head, then `blocks` copies of `block` until the server answers; returns the
+    answer's first bytes and how many body bytes were sent before it came."""
+    sent = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(_upload_head(chunked))
+        sock.setblocking(False)
+        for _ in range(blocks):
+            try:
+                answer = sock.recv(4096)
+            except BlockingIOError:
+                answer = b""
+            if answer:
+                return answer, sent
+            try:
+                sock.setblocking(True)
+                sock.sendall(block)
+                sock.setblocking(False)
+            except OSError:
+                break  # the server answered and closed
+            sent += len(block)
+        sock.setblocking(True)
+        return sock.recv(4096), sent
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_200_mb_upload_is_refused_by_size_before_it_is_read(live_server: str, chunked: bool) -> None:
+    port = int(live_server.rsplit(":", 1)[1])
+    block = b"\0" * MB
+    piece = _chunk(block) if chunked else block
+    process = psutil.Process()
+    before = process.memory_info().rss
+    answer, sent = _send_until_refused(port, chunked, piece, 200)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    # Refused from the header at once, or once the limit (100 MB) has arrived; the rest of the
+    # 200 MB is never sent (a few MB sit in the sockets' buffers on the way).
+    assert sent < (116 if chunked else 16) * MB, sent
+    assert process.memory_info().rss - before < 50 * MB
+    assert httpx.get(f"{live_server}/health").status_code == 200
