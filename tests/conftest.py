@@ -24,6 +24,31 @@ from tests.hub_server import HubFile, HubRepo, HubServer, smollm_repo
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+# Fixtures that load a real model or drive a browser: their tests take seconds to a minute each.
+HEAVY_FIXTURES = {
+    "smollm_dir",
+    "inference_server",
+    "chromium",
+    "whisper_dir",
+    "tiny_tts_dir",
+    "tiny_vision_dir",
+}
+
+
+def _heavy(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    # A module that imports ServerProcess starts `mlx-manager serve`, which imports SmolLM2.
+    return bool(HEAVY_FIXTURES & fixtures) or hasattr(getattr(item, "module", None), "ServerProcess")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with real-model or browser tests run first, each module kept together (its
+    fixtures are set up once). Under `make test`'s two workers the long tests then start early
+    and the thousands of quick ones fill the end, so no worker finishes on a long test alone."""
+    heavy_modules = {item.path for item in items if _heavy(item)}
+    items.sort(key=lambda item: item.path not in heavy_modules)
+
+
 def _reset() -> None:
     reset_engine()
     reset_settings()
