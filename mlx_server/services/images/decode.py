@@ -164,6 +164,10 @@ def fit_image(
         scale = max_side / max(width, height)
     new_width = _round_to(width * scale, multiple_of, scale < 1.0)
     new_height = _round_to(height * scale, multiple_of, scale < 1.0)
+    too_many = max_pixels is not None and new_width * new_height > max_pixels
+    if too_many or (max_side is not None and max(new_width, new_height) > max_side):
+        new_width = _round_to(width * scale, multiple_of, True)  # rounding up overshot a limit
+        new_height = _round_to(height * scale, multiple_of, True)
     if (new_width, new_height) == (width, height):
         return image
     return image.resize((new_width, new_height), Image.Resampling.BICUBIC)

@@ -173,3 +173,5 @@ def test_fit_image_shrinks_to_the_limits_keeping_the_aspect_ratio() -> None:
     small = Image.new("RGB", (280, 140))
     assert fit_image(small, max_pixels=1_000_000, multiple_of=28) is small
     assert fit_image(Image.new("RGB", (300, 150)), multiple_of=28).size == (308, 140)
+    # Rounding to the nearest multiple never takes it over a limit it was within.
+    assert fit_image(Image.new("RGB", (31, 31)), max_pixels=1000, multiple_of=2).size == (30, 30)
