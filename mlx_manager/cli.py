@@ -86,7 +86,8 @@ def serve(
     no_default_model: Annotated[
         bool,
         typer.Option(
-            "--no-default-model", help="Do not import SmolLM2 and all-MiniLM-L6-v2 when no model exists."
+            "--no-default-model",
+            help="Do not import SmolLM2, all-MiniLM-L6-v2 and whisper-tiny.en when no model exists.",
         ),
     ] = False,
 ) -> None:
