@@ -4,16 +4,23 @@ Metal command queues have thread affinity, and one thread also makes requests qu
 fairly (FIFO) instead of contending for the GPU. Async callers submit a function, or a
 generator factory whose items are produced one job per item. The MLX cache is cleared after
 every function job and at the end of every stream; an abandoned stream stops at the next item.
+
+A stream's generator belongs to the thread: it is created, advanced and closed there only.
+mlx-lm's `generate_step` holds an `mx.stream(...)` context across its yields, and MLX refuses
+to leave that context on another thread ("[StreamContext] Destroyed in a different thread"),
+so a generator closed or collected anywhere else reports that error and skips its cleanup.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import mlx.core as mx
 
@@ -22,9 +29,16 @@ T = TypeVar("T")
 _DONE = object()
 
 
+class _Consumer:
+    """Stands for a stream's async side: when it is collected, the stream is over."""
+
+
 class MetalThread:
     def __init__(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlx-metal")
+        # The streams' generators that are open, by stream; touched on the MLX thread only.
+        self._open: dict[int, Iterator[Any]] = {}
+        self._keys = itertools.count()
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the MLX thread and return its result (or raise its exception)."""
@@ -45,22 +59,26 @@ class MetalThread:
         async iterator early (a client disconnect) closes the generator in the next job and
         frees the thread; a stream whose first job has not started yet never starts.
         """
-        items: Iterator[T] | None = None
+        key = next(self._keys)
 
         def step() -> object:
-            nonlocal items
-            if items is None:
-                items = make_items()
-            return next(items, _DONE)
-
-        def close() -> None:
             try:
-                close_items = getattr(items, "close", None)
-                if close_items is not None:
-                    close_items()
-            finally:
-                mx.clear_cache()
+                items = self._open.get(key)
+                if items is None:
+                    items = self._open[key] = make_items()
+                item = next(items, _DONE)
+            except BaseException:
+                self._open.pop(key, None)  # the error ended the generator
+                raise
+            if item is _DONE:
+                del self._open[key]
+            return item
 
+        # However the async side ends (finished, closed, cancelled, or collected without its
+        # finally running), the generator is closed by a job on the MLX thread, once.
+        consumer = _Consumer()
+        close = weakref.finalize(consumer, self._close_later, key)
+        close.atexit = False  # at exit, shutdown() closes what is open
         loop = asyncio.get_running_loop()
         try:
             while (item := await loop.run_in_executor(self._executor, step)) is not _DONE:
@@ -68,17 +86,39 @@ class MetalThread:
         finally:
             # Queued, not awaited: a cancelled or collected consumer cannot wait for it, and the
             # executor runs it right after the step in flight.
-            with contextlib.suppress(RuntimeError):  # executor already shut down
-                self._executor.submit(close)
+            close()
+
+    def _close_later(self, key: int) -> None:
+        """Queue the close of stream `key`'s generator. After shutdown() there is nothing to do:
+        shutdown closed every open generator on the thread."""
+        with contextlib.suppress(RuntimeError):  # executor already shut down
+            self._executor.submit(self._close, key)
+
+    def _close(self, key: int) -> None:
+        """On the MLX thread: close the stream's generator (if still open) and clear the cache."""
+        try:
+            items = self._open.pop(key, None)
+            close_items = getattr(items, "close", None)
+            if close_items is not None:
+                close_items()
+        finally:
+            mx.clear_cache()
+
+    def _close_all(self) -> None:
+        for key in list(self._open):
+            with contextlib.suppress(Exception):  # one generator's cleanup does not stop the rest
+                self._close(key)
 
     def shutdown(self) -> None:
-        """Finish queued jobs, then release the thread's MLX streams on the thread itself.
+        """Finish queued jobs, close the streams still open, then release the thread's MLX
+        streams, all on the thread itself.
 
         MLX keeps per-thread stream state (mlx-lm generates on a thread-local stream); if the
         thread ends with it alive, the process aborts at exit ("terminate called without an
         active exception"), so every MetalThread is shut down this way before threads join.
         """
         with contextlib.suppress(RuntimeError):  # already shut down
+            self._executor.submit(self._close_all)
             self._executor.submit(_release_thread_streams)
         self._executor.shutdown(wait=True)
 

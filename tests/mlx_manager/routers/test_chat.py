@@ -3,9 +3,11 @@ agent loop, stop, regenerate, edit, manual tool results, persistence and export.
 
 from __future__ import annotations
 
+import gc
 import html
 import json
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,7 +197,15 @@ def test_required_calculator_call_runs_and_the_model_answers_at_max_depth(chat: 
     assert 'class="tool-card"' in page and "calculator" in page and "tool-result" in page
 
 
-def test_stop_ends_the_generation_and_keeps_the_reply_marked_stopped(chat: TestClient) -> None:
+def test_stop_ends_the_generation_and_keeps_the_reply_marked_stopped(
+    chat: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What Python can only report, e.g. MLX's "[StreamContext] Destroyed in a different thread"
+    # from a generation closed off the MLX thread.
+    unraisable: list[str] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda u: unraisable.append(f"{u.exc_value!r} in {u.object!r}")
+    )
     form = {**GREEDY, "max_tokens": "200", "content": "Write a long story about a dragon."}
     cid = _first(chat, form)
     events = _follow(chat, cid, stop_after=3)
@@ -204,6 +214,11 @@ def test_stop_ends_the_generation_and_keeps_the_reply_marked_stopped(chat: TestC
     assert assistant.stats is not None and assistant.stats["finish_reason"] == "stopped"
     assert assistant.stats["completion_tokens"] < 20
     assert "· stopped" in events[-1][1] and "· stopped" in chat.get(f"/chat/{cid}").text
+    _post(chat, f"/chat/{cid}/send", {**GREEDY, "max_tokens": "4", "content": "Say hi."})
+    _follow(chat, cid)
+    assert _saved(cid)[-1].status == MessageStatus.DONE  # the same model answers the next turn
+    gc.collect()
+    assert unraisable == [] and "StreamContext" not in caplog.text
 
 
 def test_regenerate_replaces_and_edit_rewinds(chat: TestClient) -> None:

@@ -1,17 +1,21 @@
-"""The MLX thread runner: one thread, FIFO jobs, errors propagate, abandoned streams stop."""
+"""The MLX thread runner: one thread, FIFO jobs, errors propagate, abandoned streams stop, and a
+stream's generator is closed on the MLX thread however its consumer goes away."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import mlx.core as mx
 import pytest
 from mlx_lm import stream_generate
+from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_sampler
 
 from mlx_server.utils.metal import MetalThread
@@ -162,3 +166,66 @@ def test_stream_abandoned_while_queued_never_starts_its_work(runner: MetalThread
 
     asyncio.run(main())
     assert started == []
+
+
+def _story_steps(smollm: tuple[Any, Any], closed_on: list[str]) -> Callable[[], Iterator[int]]:
+    """A real generation (mlx-lm's generate_step, which holds an mx.stream context across its
+    yields) that records the thread it was closed on."""
+    model, tokenizer = smollm
+    prompt = tokenizer.encode("Once upon a time")  # a short prefill: what matters is the close
+
+    def steps() -> Iterator[int]:
+        try:
+            for token, _ in generate_step(mx.array(prompt), model, max_tokens=20):
+                yield token
+        finally:
+            closed_on.append(threading.current_thread().name)
+
+    return steps
+
+
+@pytest.fixture
+def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Errors Python could only report (e.g. MLX's "[StreamContext] Destroyed in a different
+    thread" from a generator finalized on the wrong thread)."""
+    seen: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(f"{u.exc_value!r} in {u.object!r}"))
+    return seen
+
+
+def test_a_generation_still_open_at_shutdown_is_closed_on_the_mlx_thread(
+    smollm: tuple[Any, Any], unraisable: list[str]
+) -> None:
+    runner, closed_on = MetalThread(), list[str]()
+
+    async def main() -> None:
+        stream = runner.stream(_story_steps(smollm, closed_on))
+        await anext(stream)
+        runner.shutdown()  # the process exits while a client still streams
+        await stream.aclose()
+
+    asyncio.run(main())
+    gc.collect()
+    assert closed_on == ["mlx-metal_0"] and unraisable == []
+
+
+def test_a_stream_dropped_without_its_finally_is_closed_on_the_mlx_thread(
+    runner: MetalThread, smollm: tuple[Any, Any], unraisable: list[str]
+) -> None:
+    closed_on: list[str] = []
+
+    async def abandon() -> None:
+        # A loop whose async-generator finalizer does not close what it is given (as a loop
+        # that is already closed): the stream's own finally never runs.
+        sys.set_asyncgen_hooks(finalizer=lambda agen: None)
+        stream = runner.stream(_story_steps(smollm, closed_on))
+        await anext(stream)
+        del stream
+        gc.collect()
+
+    async def next_job() -> int:
+        return await runner.run(lambda: 1)
+
+    asyncio.run(abandon())
+    assert asyncio.run(next_job()) == 1  # the close job ran before this one
+    assert closed_on == ["mlx-metal_0"] and unraisable == []
