@@ -59,7 +59,7 @@ def test_the_microphone_fills_the_message_box_with_the_transcript(
         page.wait_for_timeout(4.2 * SECONDS)  # the clip is about 3.8 s long
         page.get_by_role("button", name="Stop recording").click()
         message = page.get_by_label("Message")
-        expect(message).not_to_have_value("", timeout=120 * SECONDS)
+        expect(message).not_to_have_value("", timeout=240 * SECONDS)  # whisper on a busy CPU
         heard = message.input_value()
         # The fake device loops the clip: the recording may end a word into its next round.
         assert word_error_rate(FOX, " ".join(heard.split()[:9])) <= 0.2, heard
