@@ -73,8 +73,9 @@ def _set_parameters(page: Page, *, max_tokens: int, calculator: bool = False) ->
     if calculator:
         panel.get_by_role("checkbox", name=re.compile(r"^calculator")).check()
         panel.get_by_label("Tool choice").select_option("required")
-        # Two tool rounds at most, then the answer: bounded time whatever the 135M model calls.
-        panel.get_by_label("Max depth").fill("2")
+        # One tool round, then the answer: a second round would prefill and decode again
+        # (~20 s here) and show nothing the first does not.
+        panel.get_by_label("Max depth").fill("1")
     panel.locator("summary").click()
     expect(panel.get_by_label("Temperature")).to_be_hidden()
 
@@ -274,8 +275,7 @@ def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
         expect(card.locator(".tool-args")).to_contain_text('"expression"')
         expect(card.locator(".tool-result pre")).not_to_be_empty(timeout=AGENT_SECONDS * SECONDS)
         _reply_done(page, AGENT_SECONDS)
-        roles = _roles(page)  # one or two tool rounds (max depth 2), then the answer
-        assert roles[0] == "user" and set(roles[1:]) == {"assistant"} and len(roles) in (3, 4)
+        assert _roles(page) == ["user", "assistant", "assistant"]  # the tool round, then the answer
         answer = page.locator("#messages .msg-assistant").last
         expect(answer.locator(".tool-card")).to_have_count(0)
         expect(answer.locator(".msg-text")).not_to_be_empty()
