@@ -4,8 +4,8 @@ any number of pages follow it, closing a page does not stop it.
 A job (services/jobs.py) runs in an asyncio task of the app, not of a request. It keeps the
 rows it added to the conversation (the reply being generated among them) and a log of what
 changed: text appended to the reply or its reasoning, or a change of shape (a reply began or
-ended, a tool card, a result, a notice). A follower starts from a snapshot and then reads the log from there, so a
-page opened mid-reply shows what is there so far and then the rest live.
+ended, a tool card, a result, a notice). A follower starts from a snapshot and then reads the
+log from there, so a page opened mid-reply shows what is there so far and then the rest live.
 """
 
 from __future__ import annotations
