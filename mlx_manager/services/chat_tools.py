@@ -148,17 +148,23 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+def _strict_json(text: str) -> Any:
+    """`text` as JSON, without NaN or Infinity; ValueError says what is wrong and where."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError as exc:  # nesting deeper than Python's stack
+        raise ValueError(str(exc)) from None
+
+
 def check_arguments(parameters: dict[str, Any], arguments: str | dict[str, Any]) -> dict[str, Any]:
     """The call's arguments as a dict, valid under `parameters` (a schema `parse_tool_definitions`
     accepted); `ArgumentError` names the problem and the field. An empty string means `{}`."""
     if isinstance(arguments, str):
         try:
-            value = json.loads(arguments, parse_constant=_reject_constant) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ArgumentError(
-                f"the arguments are not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-            ) from None
-        except (ValueError, RecursionError) as exc:
+            value = _strict_json(arguments) if arguments.strip() else {}
+        except ValueError as exc:
             raise ArgumentError(f"the arguments are not valid JSON ({exc})") from None
     else:
         value = arguments
@@ -279,12 +285,8 @@ def parse_tool_definitions(text: str) -> list[dict[str, Any]]:
     if not text.strip():
         return []
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise ToolDefinitionError(
-            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
-    except (ValueError, RecursionError) as exc:
+        value = _strict_json(text)
+    except ValueError as exc:
         raise ToolDefinitionError(f"invalid JSON: {exc}") from None
     items = value if isinstance(value, list) else [value]
     tools: list[dict[str, Any]] = []

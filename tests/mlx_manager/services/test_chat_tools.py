@@ -370,7 +370,10 @@ def with_parameters(parameters: Any, name: str = "get_weather") -> str:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('[\n  {"name": "a",}\n]', "invalid JSON at line 2, column 16: Expecting property name"),
+        (
+            '[\n  {"name": "a",}\n]',
+            "invalid JSON: Expecting property name enclosed in double quotes at line 2, column 16",
+        ),
         ('[{"name": "a", "parameters": {"type": "object", "maximum": NaN}}]', "invalid JSON: NaN"),
         ("[" * 20_000 + "]" * 20_000, "invalid JSON"),
         ('["get_weather"]', "tool 1: must be a JSON object"),
