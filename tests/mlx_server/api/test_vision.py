@@ -23,7 +23,7 @@ from mlx_server.config import reset_settings
 from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord, ModelSource
 
-VISION = "tiny-vl"
+VISION, GEMMA3 = "tiny-vl", "tiny-gemma3"
 QUESTION = "What is in this picture?"
 
 
@@ -68,15 +68,26 @@ def image_url() -> Iterator[str]:
     server.shutdown()
 
 
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
+    from tests.fixtures.tiny_vision_model import build_tiny_gemma3_model
+
+    return build_tiny_gemma3_model(tmp_path_factory.mktemp("models") / "tiny-gemma3", smollm_dir)
+
+
 @pytest.fixture
-def vision_app(monkeypatch: pytest.MonkeyPatch, smol_app: TestClient, tiny_vision_dir: Path) -> TestClient:
-    """The app with SmolLM2 (text only) as "smol" and the tiny vision model as "tiny-vl"; image
+def vision_app(
+    monkeypatch: pytest.MonkeyPatch, smol_app: TestClient, tiny_vision_dir: Path, tiny_gemma3_dir: Path
+) -> TestClient:
+    """The app with SmolLM2 (text only) as "smol", the tiny Qwen2.5-VL as "tiny-vl" and the tiny
+    Gemma 3 as "tiny-gemma3"; image
     URLs on 127.0.0.1 allowed (the fetch policy refuses loopback unless this setting says so;
     tests/mlx_server/api/test_vision_fetch.py checks the refusals)."""
     monkeypatch.setenv("MLX_SERVER_IMAGE_FETCH_ALLOW_PRIVATE_ADDRESSES", "true")
     reset_settings()
     with Session(get_engine()) as session:
         session.add(ModelRecord(id=VISION, source=ModelSource.LOCAL, path=str(tiny_vision_dir)))
+        session.add(ModelRecord(id=GEMMA3, source=ModelSource.LOCAL, path=str(tiny_gemma3_dir)))
         session.commit()
     return smol_app
 
@@ -118,18 +129,19 @@ def test_data_url_image_counts_its_tokens_and_streams(sdk: openai.OpenAI) -> Non
     assert chat(sdk, conversation).usage.prompt_tokens > with_image.usage.prompt_tokens + 16 + 4 + 4
 
 
-def top_logprobs(sdk: openai.OpenAI, *urls: str) -> list[tuple[str, float]]:
-    reply = chat(sdk, [image_message(*urls)], max_tokens=1, logprobs=True, top_logprobs=5)
+def top_logprobs(sdk: openai.OpenAI, model: str, *urls: str) -> list[tuple[str, float]]:
+    reply = chat(sdk, [image_message(*urls)], model=model, max_tokens=1, logprobs=True, top_logprobs=5)
     return [(t.token, t.logprob) for t in reply.choices[0].logprobs.content[0].top_logprobs]
 
 
-def test_the_image_reaches_the_model(sdk: openai.OpenAI, image_url: str) -> None:
-    red = top_logprobs(sdk, data_url(RED))
-    assert top_logprobs(sdk, data_url(RED)) == red
-    blue = top_logprobs(sdk, data_url(BLUE))
+@pytest.mark.parametrize("model", [VISION, GEMMA3])
+def test_the_image_reaches_the_model(sdk: openai.OpenAI, image_url: str, model: str) -> None:
+    red = top_logprobs(sdk, model, data_url(RED))
+    assert top_logprobs(sdk, model, data_url(RED)) == red
+    blue = top_logprobs(sdk, model, data_url(BLUE))
     assert blue != red
-    assert top_logprobs(sdk, image_url) == blue  # the same PNG, fetched over http
-    chunks = list(chat(sdk, [image_message(image_url)], stream=True))
+    assert top_logprobs(sdk, model, image_url) == blue  # the same PNG, fetched over http
+    chunks = list(chat(sdk, [image_message(image_url)], model=model, stream=True))
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
 
 
