@@ -23,7 +23,7 @@ from mlx_server.config import reset_settings
 from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord, ModelSource
 
-VISION, GEMMA3 = "tiny-vl", "tiny-gemma3"
+VISION, GEMMA3, SMOLVLM = "tiny-vl", "tiny-gemma3", "tiny-smolvlm"
 QUESTION = "What is in this picture?"
 
 
@@ -75,12 +75,23 @@ def tiny_gemma3_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) 
     return build_tiny_gemma3_model(tmp_path_factory.mktemp("models") / "tiny-gemma3", smollm_dir)
 
 
+@pytest.fixture(scope="session")
+def tiny_smolvlm_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
+    from tests.fixtures.tiny_vision_model import build_tiny_smolvlm_model
+
+    return build_tiny_smolvlm_model(tmp_path_factory.mktemp("models") / "tiny-smolvlm", smollm_dir)
+
+
 @pytest.fixture
 def vision_app(
-    monkeypatch: pytest.MonkeyPatch, smol_app: TestClient, tiny_vision_dir: Path, tiny_gemma3_dir: Path
+    monkeypatch: pytest.MonkeyPatch,
+    smol_app: TestClient,
+    tiny_vision_dir: Path,
+    tiny_gemma3_dir: Path,
+    tiny_smolvlm_dir: Path,
 ) -> TestClient:
-    """The app with SmolLM2 (text only) as "smol", the tiny Qwen2.5-VL as "tiny-vl" and the tiny
-    Gemma 3 as "tiny-gemma3"; image
+    """The app with SmolLM2 (text only) as "smol", the tiny Qwen2.5-VL as "tiny-vl", the tiny
+    Gemma 3 as "tiny-gemma3" and the tiny SmolVLM as "tiny-smolvlm"; image
     URLs on 127.0.0.1 allowed (the fetch policy refuses loopback unless this setting says so;
     tests/mlx_server/api/test_vision_fetch.py checks the refusals)."""
     monkeypatch.setenv("MLX_SERVER_IMAGE_FETCH_ALLOW_PRIVATE_ADDRESSES", "true")
@@ -88,6 +99,7 @@ def vision_app(
     with Session(get_engine()) as session:
         session.add(ModelRecord(id=VISION, source=ModelSource.LOCAL, path=str(tiny_vision_dir)))
         session.add(ModelRecord(id=GEMMA3, source=ModelSource.LOCAL, path=str(tiny_gemma3_dir)))
+        session.add(ModelRecord(id=SMOLVLM, source=ModelSource.LOCAL, path=str(tiny_smolvlm_dir)))
         session.commit()
     return smol_app
 
@@ -134,7 +146,7 @@ def top_logprobs(sdk: openai.OpenAI, model: str, *urls: str) -> list[tuple[str, 
     return [(t.token, t.logprob) for t in reply.choices[0].logprobs.content[0].top_logprobs]
 
 
-@pytest.mark.parametrize("model", [VISION, GEMMA3])
+@pytest.mark.parametrize("model", [VISION, GEMMA3, SMOLVLM])
 def test_the_image_reaches_the_model(sdk: openai.OpenAI, image_url: str, model: str) -> None:
     red = top_logprobs(sdk, model, data_url(RED))
     assert top_logprobs(sdk, model, data_url(RED)) == red
