@@ -62,7 +62,12 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 @pytest.fixture
 def oai(inference_server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(
-        base_url=f"{inference_server.url}/v1", api_key="not-needed", max_retries=0, timeout=60
+        # Prefill runs ~10 tokens/s here, slower with both workers busy: a long tool prompt
+        # can take over a minute.
+        base_url=f"{inference_server.url}/v1",
+        api_key="not-needed",
+        max_retries=0,
+        timeout=300,
     )
 
 

@@ -1,5 +1,6 @@
 """Constrained decoding with the real SmolLM2 through the openai SDK: JSON Schema, JSON objects,
-required and named tool calls, streamed and not."""
+required and named tool calls, streamed and not. Against the session's server (conftest.py): its
+prefix cache spares the tests that send the same tools a second prefill."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 from jsonschema import Draft202012Validator
 from openai.lib.streaming.chat import ChatCompletionStreamState
 
+from mlx_server.models.store import DEFAULT_MODEL_ID
 from tests.mlx_server.parsers.grammar_support import CITY_AND_DAYS, GET_TIME, function_tool
+
+MODEL = DEFAULT_MODEL_ID
 
 BRIEF = {"role": "system", "content": "Reply briefly."}
 
@@ -71,18 +75,18 @@ def _schema_format(schema: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
-def test_json_schema_replies_are_valid_streamed_or_not(smol_sdk: openai.OpenAI, name: str) -> None:
+def test_json_schema_replies_are_valid_streamed_or_not(oai: openai.OpenAI, name: str) -> None:
     schema = SCHEMAS[name]
     messages: Any = [BRIEF, {"role": "user", "content": f"Give an example ({name})."}]
-    reply = smol_sdk.chat.completions.create(
-        model="smol", messages=messages, response_format=_schema_format(schema), temperature=0, max_tokens=80
+    reply = oai.chat.completions.create(
+        model=MODEL, messages=messages, response_format=_schema_format(schema), temperature=0, max_tokens=80
     )
     content = reply.choices[0].message.content or ""
     assert not list(Draft202012Validator(schema).iter_errors(json.loads(content))), content
     assert reply.choices[0].finish_reason == "stop"
 
-    chunks = smol_sdk.chat.completions.create(
-        model="smol",
+    chunks = oai.chat.completions.create(
+        model=MODEL,
         messages=messages,
         response_format=_schema_format(schema),
         temperature=0.8,
@@ -94,9 +98,9 @@ def test_json_schema_replies_are_valid_streamed_or_not(smol_sdk: openai.OpenAI, 
     assert not list(Draft202012Validator(schema).iter_errors(json.loads(streamed))), streamed
 
 
-def test_json_object_replies_parse_as_objects(smol_sdk: openai.OpenAI) -> None:
-    reply = smol_sdk.chat.completions.create(
-        model="smol",
+def test_json_object_replies_parse_as_objects(oai: openai.OpenAI) -> None:
+    reply = oai.chat.completions.create(
+        model=MODEL,
         messages=[BRIEF, {"role": "user", "content": "Describe a cat."}],
         response_format={"type": "json_object"},
         temperature=0,
@@ -122,7 +126,7 @@ def _check_call(call: Any, names: set[str]) -> None:
     ids=["required, one tool", "required, three tools", "named"],
 )
 def test_forced_tool_calls_are_always_valid_calls_and_stream_the_same(
-    smol_sdk: openai.OpenAI, tools: Any, tool_choice: Any, compare_stream: bool
+    oai: openai.OpenAI, tools: Any, tool_choice: Any, compare_stream: bool
 ) -> None:
     names = (
         {tool_choice["function"]["name"]}
@@ -130,14 +134,14 @@ def test_forced_tool_calls_are_always_valid_calls_and_stream_the_same(
         else {t["function"]["name"] for t in tools}
     )
     args: Any = {
-        "model": "smol",
+        "model": MODEL,
         "messages": [{"role": "user", "content": "What is the weather in Oslo tomorrow?"}],
         "tools": tools,
         "tool_choice": tool_choice,
         "temperature": 0,
         "max_tokens": 60,
     }
-    reply = smol_sdk.chat.completions.create(**args)
+    reply = oai.chat.completions.create(**args)
     assert reply.choices[0].finish_reason == "tool_calls"
     calls = reply.choices[0].message.tool_calls or []
     assert calls
@@ -147,7 +151,7 @@ def test_forced_tool_calls_are_always_valid_calls_and_stream_the_same(
     if not compare_stream:
         return  # prefill runs ~13 tokens/s here: the stream is compared for the one-tool case
     state = ChatCompletionStreamState()
-    for chunk in smol_sdk.chat.completions.create(**args, stream=True):
+    for chunk in oai.chat.completions.create(**args, stream=True):
         state.handle_chunk(chunk)
     streamed = state.get_final_completion().choices[0]
     assert streamed.finish_reason == "tool_calls"
@@ -156,11 +160,11 @@ def test_forced_tool_calls_are_always_valid_calls_and_stream_the_same(
     ] == [(c.function.name, json.loads(c.function.arguments)) for c in calls]
 
 
-def test_an_unsupported_schema_keyword_is_a_400_naming_it(smol_sdk: openai.OpenAI) -> None:
+def test_an_unsupported_schema_keyword_is_a_400_naming_it(oai: openai.OpenAI) -> None:
     schema = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
     with pytest.raises(openai.BadRequestError) as caught:
-        smol_sdk.chat.completions.create(
-            model="smol",
+        oai.chat.completions.create(
+            model=MODEL,
             messages=[{"role": "user", "content": "x"}],
             response_format=_schema_format(schema),
             max_tokens=5,
@@ -169,9 +173,9 @@ def test_an_unsupported_schema_keyword_is_a_400_naming_it(smol_sdk: openai.OpenA
     assert body["param"] == "response_format.json_schema.schema" and '"not"' in body["message"]
 
 
-def test_a_reply_cut_off_by_max_tokens_is_reported_not_passed_off_as_valid(smol_sdk: openai.OpenAI) -> None:
-    raw = smol_sdk.chat.completions.with_raw_response.create(
-        model="smol",
+def test_a_reply_cut_off_by_max_tokens_is_reported_not_passed_off_as_valid(oai: openai.OpenAI) -> None:
+    raw = oai.chat.completions.with_raw_response.create(
+        model=MODEL,
         messages=[BRIEF, {"role": "user", "content": "Give an example."}],
         response_format=_schema_format(SCHEMAS["nested object"]),
         temperature=0,
@@ -182,10 +186,10 @@ def test_a_reply_cut_off_by_max_tokens_is_reported_not_passed_off_as_valid(smol_
     assert "max_tokens ran out" in body["warnings"][0]
 
 
-def test_a_tight_budget_closes_the_json_instead_of_cutting_it(smol_sdk: openai.OpenAI) -> None:
+def test_a_tight_budget_closes_the_json_instead_of_cutting_it(oai: openai.OpenAI) -> None:
     # Unconstrained, SmolLM2 describes a phone in far more than 30 tokens.
-    reply = smol_sdk.chat.completions.create(
-        model="smol",
+    reply = oai.chat.completions.create(
+        model=MODEL,
         messages=[{"role": "user", "content": "Describe a phone."}],
         response_format={"type": "json_object"},
         temperature=0,
