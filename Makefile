@@ -36,11 +36,14 @@ lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Two workers: each generation runs on about one core (see pyproject.toml).
+# Two workers: each generation runs on about one core (see pyproject.toml). Tests are handed
+# out one at a time (--maxschedchunk 1), in the order tests/conftest.py sets (real-model and
+# browser modules first): a worker that is free takes the next test, so both finish together
+# instead of one working through a committed chunk of long tests while the other waits.
 TEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 1
 
 # Speed checks (minutes; not part of make test): results go to docs/benchmarks.md.
 bench: install-dev
