@@ -22,12 +22,14 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from huggingface_hub.utils.sha import git_hash
+
+from tests.support import LocalHTTPServer
 
 PIECE = 64 * 1024
 LFS_SUFFIXES = (".safetensors", ".bin", ".gguf")
@@ -152,7 +154,7 @@ class RecordedRequest:
     authorized: bool
 
 
-class HubServer:
+class HubServer(LocalHTTPServer):
     def __init__(self, repos: list[HubRepo], *, token: str = "hf_test_token_0123456789") -> None:
         self.repos = {repo.repo_id: repo for repo in repos}
         self.token = token
@@ -161,18 +163,8 @@ class HubServer:
         self.requests: list[RecordedRequest] = []
         self.sent: dict[str, int] = {}  # "repo_id/path" -> bytes sent
         self.lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> HubServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().__init__(_handler(self))
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def record(self, request: RecordedRequest) -> None:
         with self.lock:

@@ -8,11 +8,12 @@ path are counted."""
 from __future__ import annotations
 
 import ssl
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support import LocalHTTPServer
 
 PIECE = 64 * 1024
 
@@ -27,31 +28,20 @@ class Route:
     piece_delay: float = 0.0  # seconds between streamed pieces (a trickling body)
 
 
-class ImageServer:
+class ImageServer(LocalHTTPServer):
     def __init__(self, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.routes: dict[str, Route] = {}
         self.requests: list[tuple[str, str]] = []  # (path, Host header)
         self.sent: dict[str, int] = {}
         self.finished: dict[str, bool] = {}
-        self._httpd = ThreadingHTTPServer((host, 0), _handler(self))
-        self._httpd.daemon_threads = True
+        super().__init__(_handler(self), host)
         if tls is not None:
             self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self.scheme = "https" if tls is not None else "http"
         self.host = host
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
 
     def url(self, path: str, host: str | None = None) -> str:
         return f"{self.scheme}://{host or self.host}:{self.port}{path}"
-
-    def __enter__(self) -> ImageServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
 
 
 def _handler(server: ImageServer) -> type[BaseHTTPRequestHandler]:
