@@ -32,7 +32,7 @@ def _page(
     error: str | None = None,
 ) -> HTMLResponse:
     models = embedding_models(session)
-    response = render(
+    return render(
         request,
         "embeddings.html",
         "partials/embeddings_result.html",
@@ -41,10 +41,8 @@ def _page(
         texts=texts,
         result=result,
         error=error,
+        status_code=400 if error else 200,
     )
-    if error:
-        response.status_code = 400
-    return response
 
 
 @router.get("", response_class=HTMLResponse)

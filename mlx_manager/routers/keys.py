@@ -44,19 +44,17 @@ def _page(
     inputs: dict[str, str] | None = None,
 ) -> HTMLResponse:
     revoked = page.request.query_params.get("revoked")
-    response = render(
+    return render(
         page.request,
         "keys.html",
         keys=[(key, key_state(key).value) for key in list_api_keys(page.session)],
         required=keys_exist(page.session) or not page.settings.binds_loopback_only,
         created=created,
         error=error,
+        status_code=400 if error else 200,
         message=f"Key {revoked!r} revoked." if revoked else None,
         inputs=inputs or NO_INPUTS,
     )
-    if error:
-        response.status_code = 400
-    return response
 
 
 def _number(inputs: dict[str, str], field: str, kind: type[int] | type[float], label: str) -> Any:

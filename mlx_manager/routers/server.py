@@ -16,7 +16,7 @@ router = APIRouter(prefix="/server")
 
 
 def _page(request: Request, *, message: str | None = None, error: str | None = None) -> HTMLResponse:
-    response = render(
+    return render(
         request,
         "server.html",
         "partials/server_pool.html",
@@ -24,10 +24,8 @@ def _page(request: Request, *, message: str | None = None, error: str | None = N
         limits=pool_limits(),
         message=message,
         error=error,
+        status_code=400 if error else 200,
     )
-    if error:
-        response.status_code = 400
-    return response
 
 
 @router.get("", response_class=HTMLResponse)

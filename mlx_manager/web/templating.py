@@ -59,9 +59,11 @@ def wants_fragment(request: Request) -> bool:
     )
 
 
-def render(request: Request, page: str, partial: str | None = None, **context: Any) -> HTMLResponse:
+def render(
+    request: Request, page: str, partial: str | None = None, *, status_code: int = 200, **context: Any
+) -> HTMLResponse:
     """Render `page`, or only `partial` when htmx asks for a fragment (see `wants_fragment`)."""
     name = partial if partial and wants_fragment(request) else page
-    response = templates.TemplateResponse(request, name, context)
+    response = templates.TemplateResponse(request, name, context, status_code=status_code)
     response.headers["Vary"] = "HX-Request"  # one URL, two bodies: caches must keep them apart
     return response
