@@ -149,7 +149,8 @@ def test_search_says_when_the_hub_cannot_be_reached(session: Session, client: Te
     set_setting(session, HUB_ENDPOINT, f"http://127.0.0.1:{free_port()}")
     started = time.monotonic()
     page = client.get("/hub/search", params={"q": "x"})
-    assert time.monotonic() - started < 5  # one try: huggingface_hub's retries took ~23 s
+    # One try: huggingface_hub's five retries with backoff took ~23 s; 10 s allows a busy machine.
+    assert time.monotonic() - started < 10
     assert page.status_code == 502
     assert "Cannot reach the hub at http://127.0.0.1:" in page.text
 
