@@ -45,6 +45,9 @@ MINUTE = " ".join(
         "The baker watches them from the bridge and remembers his own childhood.",
         "When he was young he wanted to become a sailor and see the world.",
         "Now he is happy with his shop, his dog and his quiet village life.",
+        "His neighbours say that his bread is the best in the whole valley.",
+        "Tomorrow he will teach his young nephew how to bake a cherry pie.",
+        "And that is the story of the village baker.",
     ]
 )
 

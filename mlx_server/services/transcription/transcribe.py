@@ -1,11 +1,12 @@
 """Speech to text (blueprint §4.4 `transcribe_audio`): uploaded audio -> timed segments.
 
-The audio is heard in windows of at most 30 s (Whisper's own input length), each one job on
-the MLX thread: memory holds one window whatever the file's length, a chat stream interleaves
-between windows, and a streaming client gets each window's text as soon as it is recognised.
-A window's last segment may be cut by the window's end; unless it is the file's end, that
-segment is heard again at the start of the next window (as Whisper seeks to its last complete
-segment), with the text so far as the prompt.
+The audio is taken in pieces, each one job on the MLX thread that mlx-audio's Whisper hears in
+its own 30 s windows (seeking to the last complete segment, as Whisper does): memory holds one
+piece whatever the file's length, and a chat stream interleaves between pieces. A streaming
+request takes 30 s pieces, so its client gets each window's text as soon as it is recognised;
+other requests take 300 s pieces, since every piece boundary costs one extra window (the
+piece's cut last segment is heard again at the start of the next piece, with the text so far
+as the prompt), which 30 s pieces would pay every window.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from mlx_server.services.pipeline.generation import admission
 from mlx_server.services.transcription.audio_input import SAMPLE_RATE, AudioFile, samples_16k
 from mlx_server.utils.metal import stream_on_metal_thread
 
-WINDOW_SECONDS = 30
+WINDOW_SECONDS = 30  # Whisper's input; a streaming request's piece
+PIECE_SECONDS = 300  # other requests' piece: ~19 MB of samples, ~10 MB of mel spectrogram
 MULTILINGUAL_VOCAB = 51865  # Whisper's multilingual vocabularies; the English-only one is 51864
 PROMPT_CHARS = 200  # of the text so far, given as the next window's prompt
 Task = Literal["transcribe", "translate"]
@@ -58,6 +60,7 @@ class TranscriptionOptions:
     prompt: str | None = None
     temperature: float | None = None  # None: Whisper's fallback ladder 0.0, 0.2, ... 1.0
     words: bool = False
+    piece_seconds: int = PIECE_SECONDS
 
 
 @dataclass
@@ -151,8 +154,8 @@ def hear_window(
     language: str = "",
     prompt: str | None = None,
 ) -> Any:
-    """At most 30 s of 16 kHz audio through mlx-audio's Whisper (on the MLX thread): its result
-    (text, segments relative to the window, language)."""
+    """A piece of 16 kHz audio through mlx-audio's Whisper (on the MLX thread), which hears it
+    in 30 s windows: its result (text, segments relative to the piece, language)."""
     model = loaded.model
     temperature: float | tuple[float, ...] = (
         options.temperature if options.temperature is not None else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -171,17 +174,21 @@ def hear_window(
 def recognise(
     loaded: LoadedModel, audio: AudioFile, options: TranscriptionOptions, transcript: Transcript
 ) -> Iterator[list[Segment]]:
-    """The segments of each window in order (each `next` is one window's work)."""
-    window_samples = WINDOW_SECONDS * SAMPLE_RATE
+    """The segments of each piece in order (each `next` is one piece's work)."""
+    window_samples = options.piece_seconds * SAMPLE_RATE
     pending = np.empty(0, dtype=np.float32)
     offset = 0.0  # seconds of audio before pending[0]
     blocks = samples_16k(audio)
     exhausted = False
     while not exhausted or len(pending):
-        while len(pending) < window_samples and not exhausted:
+        parts, size = [pending], len(pending)
+        while size < window_samples and not exhausted:
             block = next(blocks, None)
             exhausted = block is None
-            pending = pending if block is None else np.concatenate([pending, block])
+            if block is not None:
+                parts.append(block)
+                size += len(block)
+        pending = np.concatenate(parts)
         window, pending = pending[:window_samples], pending[window_samples:]
         last = exhausted and not len(pending)
         prompt = " ".join(filter(None, [options.prompt, transcript.text[-PROMPT_CHARS:]])) or None

@@ -25,7 +25,7 @@ from mlx_server.models.pool import reset_model_pool
 from mlx_server.records import AuditLog, ModelRecord, ModelSource
 from mlx_server.services.operations.audit import audit_service, reset_audit_service
 from mlx_server.utils.metal import reset_metal_thread
-from tests.fixtures.speech_clips import FOX, word_error_rate
+from tests.fixtures.speech_clips import FOX, MINUTE, speak, word_error_rate
 
 MODEL = "whisper-tiny.en"
 FOX_SECONDS = 3.77  # espeak-ng's clip of FOX at rate 130
@@ -105,13 +105,21 @@ def test_srt_and_verbose_json_carry_increasing_timestamps_within_the_clip(
     assert "".join(s.text for s in verbose.segments).strip() == verbose.text
 
 
-def test_stream_sends_the_text_as_deltas_then_done(sdk: openai.OpenAI, fox_clip: Path) -> None:
-    events = list(sdk.audio.transcriptions.create(model=MODEL, file=fox_clip, stream=True))
-    assert [e.type for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1) and len(events) > 1
-    done = events[-1]
+def test_stream_sends_each_30_s_window_as_a_delta_then_done(
+    sdk: openai.OpenAI, tmp_path: Path, server: TestClient
+) -> None:
+    """Eight sentences (about 38 s): two windows, the first one's cut last segment heard again at
+    the start of the second, so no words are lost or repeated at the seam."""
+    spoken = ". ".join(MINUTE.split(". ")[:8]) + "."
+    clip = speak(spoken, tmp_path / "six.wav")
+    events = list(sdk.audio.transcriptions.create(model=MODEL, file=clip, stream=True))
+    deltas, done = events[:-1], events[-1]
+    assert [e.type for e in deltas] == ["transcript.text.delta"] * len(deltas) and len(deltas) >= 2
     assert done.type == "transcript.text.done"
-    assert "".join(e.delta for e in events[:-1]).strip() == done.text  # type: ignore[union-attr]
-    assert word_error_rate(FOX, done.text) <= 0.2
+    assert "".join(e.delta for e in deltas).strip() == done.text  # type: ignore[union-attr]
+    assert word_error_rate(spoken, done.text) <= 0.2, done.text
+    [row] = _audit_rows(server)
+    assert row.stream and row.ttft_ms is not None and row.audio_seconds is not None and row.audio_seconds > 30
 
 
 def _error(response: object, status: int, code: str | None = None) -> str:
