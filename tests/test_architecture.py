@@ -3,6 +3,7 @@
 - `mlx_manager` reaches the server only through `mlx_server.facade`;
 - `mlx_server` never imports `mlx_manager`;
 - a router does not import another router (shared pieces live in services), on either side;
+- the manager's services never import its web layer (pages are rendered by routers and `web/`);
 - no source file over 400 lines, no function over 60 lines.
 """
 
@@ -71,6 +72,16 @@ def test_the_server_never_imports_the_manager() -> None:
         for path in source_files("mlx_server")
         for line, name in imported_modules(path)
         if within(name, "mlx_manager")
+    ]
+    assert found == []
+
+
+def test_the_managers_services_render_no_pages() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in source_files("mlx_manager/services")
+        for line, name in imported_modules(path)
+        if within(name, "mlx_manager.web") or within(name, "mlx_manager.routers")
     ]
     assert found == []
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from mlx_manager.deps import RowId, SessionDep
 from mlx_manager.services.audit_filters import AuditPageQuery, parse_audit_page_query
 from mlx_manager.services.audit_streams import csv_export, jsonl_export, live_tail
-from mlx_manager.web.templating import render, wants_fragment
+from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.facade import (
     MAX_RETENTION_DAYS,
     AuditLog,
@@ -123,8 +123,14 @@ async def audit_events(request: Request) -> Response:
     else:
         after_id = await run_in_threadpool(_latest_id)
     return EventSourceResponse(
-        live_tail(query.filters, after_id), ping=15, headers={"Cache-Control": "no-cache"}
+        live_tail(query.filters, after_id, _table_rows), ping=15, headers={"Cache-Control": "no-cache"}
     )
+
+
+def _table_rows(rows: list[AuditLog]) -> str:
+    """Rows newest first, as the page's table draws them."""
+    template = templates.get_template("partials/audit_row.html")
+    return "".join(template.render(row=row) for row in sorted(rows, key=lambda r: r.id or 0, reverse=True))
 
 
 @router.post("/retention", response_class=HTMLResponse)

@@ -18,7 +18,7 @@ import asyncio
 import csv
 import io
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import suppress
 from typing import Any
 
@@ -26,7 +26,6 @@ from sqlmodel import Session
 from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from mlx_manager.web.templating import templates
 from mlx_server.facade import AuditFilter, AuditLog, audit_service, get_engine, iter_batches, rows_after
 
 CSV_COLUMNS = (
@@ -72,19 +71,16 @@ def jsonl_export(filters: AuditFilter) -> Iterator[str]:
         yield "".join(json.dumps(row.model_dump(mode="json"), ensure_ascii=False) + "\n" for row in rows)
 
 
-def render_rows(rows: list[AuditLog]) -> str:
-    """Table rows (newest first) as the page shows them, for the live tail."""
-    template = templates.get_template("partials/audit_row.html")
-    return "".join(template.render(row=row) for row in sorted(rows, key=lambda r: r.id or 0, reverse=True))
-
-
 def _rows_after(filters: AuditFilter, after_id: int) -> list[AuditLog]:
     with Session(get_engine()) as session:
         return rows_after(session, filters, after_id=after_id, limit=TAIL_BATCH)
 
 
-async def live_tail(filters: AuditFilter, after_id: int) -> AsyncIterator[ServerSentEvent]:
-    """Events of rendered rows matching `filters` recorded after `after_id`, until cancelled.
+async def live_tail(
+    filters: AuditFilter, after_id: int, render: Callable[[list[AuditLog]], str]
+) -> AsyncIterator[ServerSentEvent]:
+    """Events of rows matching `filters` recorded after `after_id`, as `render` draws them
+    (the web layer's table rows), until cancelled.
 
     sse-starlette cancels this generator when the client disconnects or the server shuts
     down; leaving the `listening` block then unregisters the wake-up.
@@ -103,7 +99,7 @@ async def live_tail(filters: AuditFilter, after_id: int) -> AsyncIterator[Server
             rows = await run_in_threadpool(_rows_after, filters, cursor)
             if rows:
                 cursor = rows[-1].id or cursor
-                yield ServerSentEvent(data=render_rows(rows), event=TAIL_EVENT, id=str(cursor))
+                yield ServerSentEvent(data=render(rows), event=TAIL_EVENT, id=str(cursor))
                 if len(rows) == TAIL_BATCH:
                     continue
             with suppress(TimeoutError):
