@@ -132,8 +132,14 @@ def _error(response: object, status: int, code: str | None = None) -> str:
 
 
 def test_bad_uploads_are_clear_400s_and_the_server_stays_healthy(
-    server: TestClient, tmp_path: Path, fox_clip: Path
+    server: TestClient, tmp_path: Path, fox_clip: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Uploads spool to the temporary directory: this test's own, so the other test worker's
+    # transcriptions (spooling to the shared /tmp at the same time) are not counted as ours.
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+
     def post(name: str, content: bytes, **fields: str) -> object:
         data = {"model": MODEL, **fields}
         return server.post("/v1/audio/transcriptions", data=data, files={"file": (name, content)})
@@ -160,7 +166,7 @@ def test_bad_uploads_are_clear_400s_and_the_server_stays_healthy(
     assert MODEL in _error(translation, 400, "translation_unsupported")
     assert server.get("/health").status_code == 200
     assert [row.status for row in _audit_rows(server)][:3] == [400, 400, 400]
-    assert not list(Path(tempfile.gettempdir()).glob("mlx-audio-*")), "uploads left behind"
+    assert not list(spool.iterdir()), "uploads left behind"
 
 
 MB = 1024 * 1024
