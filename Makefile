@@ -42,8 +42,9 @@ lint: install-dev
 # instead of one working through a committed chunk of long tests while the other waits.
 TEST_WORKERS ?= 2
 
+# One OpenBLAS thread per worker: the two workers already use both cores.
 test: lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 1
+	OPENBLAS_NUM_THREADS=1 $(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 1
 
 # Speed checks (minutes; not part of make test): results go to docs/benchmarks.md.
 bench: install-dev

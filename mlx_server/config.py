@@ -35,6 +35,10 @@ class MLXServerSettings(BaseSettings):
     # KV caches kept per loaded model for reuse by requests sharing a prompt prefix (MiB; 0
     # keeps none). Their bytes count in the pool's budget; a load drops them before models.
     prompt_cache_mb: int = Field(default=512, ge=0)
+    # On a CPU device with a fast BLAS (utils/cpu_blas.py), text models whose float32 weights
+    # take at most this many MiB are loaded dequantized: float32 products run ~100x faster than
+    # MLX's CPU quantized kernel there. 0 keeps every model as stored. No effect on Metal.
+    cpu_float_weights_max_mb: int = Field(default=4096, ge=0)
 
     # Generation requests admitted at once (running + waiting for the MLX thread); the next
     # one gets 503 with Retry-After instead of an unbounded queue.

@@ -98,9 +98,10 @@ def smollm_dir(tmp_path_factory: pytest.TempPathFactory, smollm_gguf: Path) -> P
 
 @pytest.fixture(scope="session")
 def smollm(smollm_dir: Path) -> tuple[Any, Any]:
-    from mlx_lm import load
+    """SmolLM2 loaded as the server loads it (float32 on a CPU with OpenBLAS)."""
+    from mlx_server.models.cpu_weights import load_text_model
 
-    return load(str(smollm_dir))
+    return load_text_model(str(smollm_dir))
 
 
 @pytest.fixture(scope="session")

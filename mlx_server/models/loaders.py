@@ -18,6 +18,7 @@ from sqlmodel import Session
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.adapters import ModelAdapter, create_adapter
+from mlx_server.models.cpu_weights import load_text_model, loaded_bytes_estimate
 from mlx_server.models.detection import (
     ModelType,
     detect_model_family,
@@ -112,7 +113,7 @@ def read_spec(model_id: str) -> ModelSpec:
         family=family or detect_model_family(model_id, config, read_chat_template(path)),
         capabilities=capabilities,
         config=config,
-        estimate_bytes=sum(f.stat().st_size for f in path.glob("*.safetensors")),
+        estimate_bytes=loaded_bytes_estimate(path, config),
     )
 
 
@@ -136,9 +137,7 @@ def _measured_load(spec: ModelSpec, load: Callable[[str], Any]) -> LoadedModel:
 
 
 def _load_text_model(spec: ModelSpec) -> LoadedModel:
-    from mlx_lm import load
-
-    loaded = _measured_load(spec, load)
+    loaded = _measured_load(spec, load_text_model)
     loaded.adapter = create_adapter(spec.family, loaded.tokenizer, spec.capabilities)
     return loaded
 

@@ -12,6 +12,8 @@ from sqlmodel import Session
 
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.errors import APIError
+from mlx_server.models.cpu_weights import loaded_bytes_estimate
+from mlx_server.models.detection import read_config
 from mlx_server.models.pool import ModelPoolManager, get_model_pool
 from mlx_server.records import ModelCapabilities
 from mlx_server.utils.memory import process_rss_bytes
@@ -20,7 +22,8 @@ MB = 1024**2
 
 
 def _size(smollm_dir: Path) -> int:
-    return sum(f.stat().st_size for f in smollm_dir.glob("*.safetensors"))
+    """The pool's estimate: the files, or their float32 size where the CPU loads them so."""
+    return loaded_bytes_estimate(smollm_dir, read_config(smollm_dir))
 
 
 def _pool(budget: int, max_models: int = 4) -> ModelPoolManager:

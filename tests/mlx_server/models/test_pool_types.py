@@ -12,7 +12,8 @@ from sqlmodel import Session
 
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.errors import APIError
-from mlx_server.models.detection import ModelType
+from mlx_server.models.cpu_weights import loaded_bytes_estimate
+from mlx_server.models.detection import ModelType, read_config
 from mlx_server.models.pool import ModelPoolManager, reset_model_pool
 from mlx_server.models.store import default_embedding_model_dir
 from mlx_server.records import ModelRecord, ModelSource
@@ -23,14 +24,14 @@ CHAT, EMBED = "smol", "minilm"
 
 @pytest.fixture
 def sizes(home: Path, smollm_dir: Path) -> Iterator[dict[str, int]]:
-    """Both models registered; yields their on-disk weight sizes (the pool's estimates)."""
+    """Both models registered; yields the pool's estimates of their sizes."""
     upgrade_database()
     paths = {CHAT: smollm_dir, EMBED: default_embedding_model_dir()}
     with Session(get_engine()) as session:
         for model_id, path in paths.items():
             session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=str(path)))
         session.commit()
-    yield {m: sum(f.stat().st_size for f in p.glob("*.safetensors")) for m, p in paths.items()}
+    yield {m: loaded_bytes_estimate(p, read_config(p)) for m, p in paths.items()}
     reset_model_pool()
     reset_metal_thread()
 
