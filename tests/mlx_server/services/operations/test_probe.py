@@ -14,6 +14,7 @@ from mlx_server.config import reset_settings
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.errors import ModelNotFoundError
 from mlx_server.models.adapters import FAMILY_REGISTRY
+from mlx_server.models.cpu_weights import loaded_bytes_estimate
 from mlx_server.models.detection import detect_model_family, read_chat_template, read_config
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.parsers.base import make_tool_call
@@ -135,8 +136,10 @@ def test_thinking_parsers_read_reasoning_also_after_a_block_the_prompt_opened() 
 def test_probe_streams_its_steps_stores_capabilities_and_unloads_the_model(
     smol: str, smollm_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A budget of 0.2 GB leaves room for ~2 000 tokens of SmolLM2's float32 KV cache, under its 8 192.
-    monkeypatch.setenv("MLX_SERVER_MAX_MEMORY_GB", "0.2")
+    # A budget of the weights plus 100 MiB leaves room for ~2 000 tokens of SmolLM2's float32 KV
+    # cache, under its 8 192.
+    weights = loaded_bytes_estimate(smollm_dir, read_config(smollm_dir))
+    monkeypatch.setenv("MLX_SERVER_MAX_MEMORY_GB", str((weights + 100 * 2**20) / GB))
     reset_settings()  # read again, with the budget, by the pool this probe creates
     seen: list[tuple[ProbeStep, bool]] = []
 
