@@ -60,9 +60,10 @@ def _dequantizes(path: Path, config: dict[str, Any]) -> bool:
     return _float32_bytes(path, config) <= get_settings().cpu_float_weights_max_mb * 2**20
 
 
-def loaded_bytes_estimate(path: Path, config: dict[str, Any]) -> int:
-    """What loading will take: the files' size, or the float32 size when the load dequantizes."""
-    if _dequantizes(path, config):
+def loaded_bytes_estimate(path: Path, config: dict[str, Any], *, as_text_model: bool = True) -> int:
+    """What loading will take: the files' size, or the float32 size when a text model's load
+    dequantizes (`load_text_model`; other model types load as stored)."""
+    if as_text_model and _dequantizes(path, config):
         return _float32_bytes(path, config)
     return sum(f.stat().st_size for f in path.glob("*.safetensors"))
 

@@ -102,18 +102,20 @@ def read_spec(model_id: str) -> ModelSpec:
             code="model_files_missing",
         )
     config = read_config(path)
-    model_type = ModelType(capabilities.model_type) if capabilities and capabilities.model_type else None
+    stored_type = ModelType(capabilities.model_type) if capabilities and capabilities.model_type else None
     family = capabilities.model_family if capabilities and capabilities.model_family else None
-    if model_type is None or family is None:
+    if stored_type is None or family is None:
         logger.info("model %s was never probed: detecting its type and family", model_id)
+    model_type = stored_type or detect_model_type(path, config)
     return ModelSpec(
         model_id=model_id,
         path=path,
-        model_type=model_type or detect_model_type(path, config),
+        model_type=model_type,
         family=family or detect_model_family(model_id, config, read_chat_template(path)),
         capabilities=capabilities,
         config=config,
-        estimate_bytes=loaded_bytes_estimate(path, config),
+        # Only text models load dequantized (cpu_weights.py); the others load as stored.
+        estimate_bytes=loaded_bytes_estimate(path, config, as_text_model=model_type == ModelType.TEXT_GEN),
     )
 
 
