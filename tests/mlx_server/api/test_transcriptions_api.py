@@ -19,13 +19,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
-from mlx_server.database import get_engine, upgrade_database
-from mlx_server.main import create_app
-from mlx_server.models.pool import reset_model_pool
-from mlx_server.records import AuditLog, ModelRecord, ModelSource
-from mlx_server.services.operations.audit import audit_service, reset_audit_service
-from mlx_server.utils.metal import reset_metal_thread
+from mlx_server.database import get_engine
+from mlx_server.records import AuditLog
+from mlx_server.services.operations.audit import audit_service
 from tests.fixtures.speech_clips import FOX, MINUTE, speak, word_error_rate
+from tests.mlx_server.api.conftest import standalone_server
 
 MODEL = "whisper-tiny.en"
 FOX_SECONDS = 3.77  # espeak-ng's clip of FOX at rate 130
@@ -34,16 +32,8 @@ FOX_SECONDS = 3.77  # espeak-ng's clip of FOX at rate 130
 @pytest.fixture
 def server(home: Path, whisper_dir: Path, smollm_dir: Path) -> Iterator[TestClient]:
     """The standalone server app with whisper tiny.en and SmolLM2 ("smol") registered."""
-    upgrade_database()
-    with Session(get_engine()) as session:
-        session.add(ModelRecord(id=MODEL, source=ModelSource.LOCAL, path=str(whisper_dir)))
-        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
-        session.commit()
-    with TestClient(create_app()) as client:
+    with standalone_server({MODEL: whisper_dir, "smol": smollm_dir}) as client:
         yield client
-    reset_audit_service()
-    reset_model_pool()
-    reset_metal_thread()
 
 
 @pytest.fixture
