@@ -52,30 +52,33 @@ def _float32_bytes(path: Path, config: dict[str, Any]) -> int:
     return total
 
 
-def _dequantizes(path: Path, config: dict[str, Any]) -> bool:
+def _dequantized_bytes(path: Path, config: dict[str, Any]) -> int | None:
+    """The float32 size when this text model loads dequantized, else None."""
     import mlx.core as mx
 
     if not config.get("quantization") or mx.default_device() != mx.cpu or not fast_cpu_blas():
-        return False
-    return _float32_bytes(path, config) <= get_settings().cpu_float_weights_max_mb * 2**20
+        return None
+    size = _float32_bytes(path, config)
+    return size if size <= get_settings().cpu_float_weights_max_mb * 2**20 else None
 
 
 def loaded_bytes_estimate(path: Path, config: dict[str, Any], *, as_text_model: bool = True) -> int:
     """What loading will take: the files' size, or the float32 size when a text model's load
     dequantizes (`load_text_model`; other model types load as stored)."""
-    if as_text_model and _dequantizes(path, config):
-        return _float32_bytes(path, config)
+    dequantized = _dequantized_bytes(path, config) if as_text_model else None
+    if dequantized is not None:
+        return dequantized
     return sum(f.stat().st_size for f in path.glob("*.safetensors"))
 
 
 def load_text_model(path: str) -> tuple[Any, Any]:
-    """mlx-lm's load, then dequantized to float32 where `_dequantizes` says so."""
+    """mlx-lm's load, then dequantized to float32 where `_dequantized_bytes` says so."""
     import mlx.core as mx
     from mlx_lm import load
     from mlx_lm.utils import dequantize_model
 
     model, tokenizer = load(path)
-    if _dequantizes(Path(path), _config(path)):
+    if _dequantized_bytes(Path(path), _config(path)) is not None:
         model = dequantize_model(model)
         model.set_dtype(mx.float32)  # half-precision products are 10-40x slower on this backend
         mx.eval(model.parameters())
