@@ -32,13 +32,20 @@ class MLXServerSettings(BaseSettings):
     max_models: int = Field(default=4, ge=1)
     # A model unused this long is unloaded unless pinned; 0 keeps models until evicted.
     idle_ttl_seconds: float = Field(default=1800, ge=0)
-    # KV caches kept per loaded model for reuse by requests sharing a prompt prefix (MiB; 0
-    # keeps none). Their bytes count in the pool's budget; a load drops them before models.
+    # KV caches kept for reuse by requests sharing a prompt prefix: MiB for all loaded models'
+    # caches together (0 keeps none). Their bytes count in the pool's budget; a load drops them
+    # before models.
     prompt_cache_mb: int = Field(default=512, ge=0)
     # On a CPU device with a fast BLAS (utils/cpu_blas.py), text models whose float32 weights
     # take at most this many MiB are loaded dequantized: float32 products run ~100x faster than
     # MLX's CPU quantized kernel there. 0 keeps every model as stored. No effect on Metal.
     cpu_float_weights_max_mb: int = Field(default=4096, ge=0)
+    # Speculative decoding (a model with a draft model): tokens the draft proposes per step of
+    # the target model (mlx-lm's speculative_generate_step default).
+    num_draft_tokens: int = Field(default=2, ge=1, le=16)
+    # A model with kv_bits set keeps its KV cache in full precision for this many tokens, then
+    # quantizes it (mlx-lm's default: short contexts keep their precision; 0 quantizes at once).
+    quantized_kv_start: int = Field(default=5000, ge=0)
 
     # Generation requests admitted at once (running + waiting for the MLX thread); the next
     # one gets 503 with Retry-After instead of an unbounded queue.
@@ -49,6 +56,14 @@ class MLXServerSettings(BaseSettings):
     model_aliases: dict[str, str] = Field(default_factory=dict)
     # max_tokens when a request gives none.
     default_max_tokens: int = Field(default=512, ge=1)
+
+    # Remote backends (services/remote): a backend's circuit opens after this many failures or
+    # timeouts in a row; once open, one request probes it again after the cool-down.
+    remote_breaker_failures: int = Field(default=3, ge=1)
+    remote_breaker_cooldown_seconds: float = Field(default=30, gt=0)
+
+    # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
+    metrics_public: bool = False
 
     # Audit rows older than this are pruned by a scheduled job; 0 keeps them forever.
     audit_retention_days: int = Field(default=30, ge=0)

@@ -24,7 +24,15 @@ from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import create_adapter
 from mlx_server.models.detection import ModelType
-from mlx_server.models.loaders import ENDPOINTS, LOADERS, LoadedModel, ModelSpec, read_spec
+from mlx_server.models.loaders import (
+    ENDPOINTS,
+    LOADERS,
+    LoadedModel,
+    ModelSpec,
+    generation_options,
+    read_spec,
+)
+from mlx_server.models.prompt_cache import MiB
 from mlx_server.records import ModelCapabilities
 from mlx_server.utils.memory import GB, default_budget_bytes, release_free_heap
 from mlx_server.utils.metal import run_on_metal_thread
@@ -182,6 +190,8 @@ class ModelPoolManager:
             "budget_bytes": self.budget_bytes,
             "used_bytes": self.used_bytes,
             "prompt_cache_bytes": self.prompt_cache_bytes,
+            # The bound of all models' prompt caches together (MLX_SERVER_PROMPT_CACHE_MB).
+            "prompt_cache_max_bytes": get_settings().prompt_cache_mb * MiB,
             "max_models": self.max_models,
             "idle_ttl_seconds": self.idle_ttl_seconds,
             "loading": sorted(self._loading),
@@ -197,6 +207,7 @@ class ModelPoolManager:
                     "active_requests": m.active,
                     "probed": m.probed,
                     "prompt_cache": m.prompt_cache.figures(),
+                    **generation_options(m),
                 }
                 for m in reversed(self._models.values())  # most recently used first
             ],
@@ -294,7 +305,7 @@ class ModelPoolManager:
     async def _evict(self, model_id: str) -> None:
         loaded = self._models.pop(model_id)
         # Drop the weights here: an evicted object still referenced elsewhere must not keep them.
-        loaded.model = None
+        loaded.model = loaded.draft_model = None
         cache = loaded.prompt_cache
         del loaded
 

@@ -12,12 +12,19 @@ The copy is cheap: MLX arrays are values, so a copy shares the entry's buffers u
 request writes its own tokens, which gives the request buffers of its own; an entry in the trie
 is never written, so no request can change what another one reads.
 
+The setting MLX_SERVER_PROMPT_CACHE_MB bounds the caches of all loaded models together, as a
+user reading "prompt cache: 512 MiB" expects: a model's cache made from the settings joins the
+pool's group, and an entry given back past the bound first sheds the caches of the models used
+least recently, then the oldest entries of its own.
+
 Everything here runs on the MLX thread, except the figures, which are plain reads.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+import weakref
 from typing import Any
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
@@ -27,6 +34,8 @@ from mlx_server.config import get_settings
 MiB = 1024**2
 # LRUPromptCache keys entries by model first; each loaded model has its own PromptCache.
 _KEY = "model"
+# The caches of the loaded models (made from the settings), which share the setting's bound.
+_pooled: weakref.WeakSet[PromptCache] = weakref.WeakSet()
 
 
 class PromptCache:
@@ -35,11 +44,15 @@ class PromptCache:
         self._entries = LRUPromptCache(max_size=sys.maxsize, max_bytes=max_bytes)
         self.hits = 0
         self.reused_tokens = 0
+        self.last_used = time.monotonic()
 
     @classmethod
     def from_settings(cls) -> PromptCache:
-        """Bounded by MLX_SERVER_PROMPT_CACHE_MB (0 keeps nothing)."""
-        return cls(get_settings().prompt_cache_mb * MiB)
+        """A loaded model's cache: with every other such cache, bounded by
+        MLX_SERVER_PROMPT_CACHE_MB (0 keeps nothing)."""
+        cache = cls(get_settings().prompt_cache_mb * MiB)
+        _pooled.add(cache)
+        return cache
 
     @property
     def nbytes(self) -> int:
@@ -55,6 +68,7 @@ class PromptCache:
         """A KV cache of the request's own for `prompt`, and how many of its first tokens it
         already holds. At least the last prompt token is left to process: generation starts
         from it."""
+        self.last_used = time.monotonic()
         cache, rest = self._entries.fetch_nearest_cache(_KEY, prompt)
         reused = len(prompt) - len(rest)
         if cache is not None and reused == len(prompt):  # the whole prompt was cached
@@ -78,6 +92,18 @@ class PromptCache:
         if sum(c.nbytes for c in cache) > self.max_bytes:
             return  # it would evict everything, itself included
         self._entries.insert_cache(_KEY, tokens[:held], cache)
+        if self in _pooled:
+            self._keep_group_within_bound()
+
+    def _keep_group_within_bound(self) -> None:
+        """The pooled caches together at most `max_bytes`: the other models' caches shed first,
+        least recently used model first, then this one's oldest entries."""
+        others = sorted((c for c in _pooled if c is not self), key=lambda c: c.last_used)
+        for cache in [*others, self]:
+            excess = sum(c.nbytes for c in _pooled) - self.max_bytes
+            if excess <= 0:
+                return
+            cache.trim_to(max(0, cache.nbytes - excess))
 
     def trim_to(self, max_bytes: int) -> None:
         """Drop least recently used entries until at most `max_bytes` are held."""

@@ -48,6 +48,7 @@ def test_pool_table_indicator_and_unload_all(page: TestClient) -> None:
     html = page.get("/server").text
     assert 'class="pool-row" data-model-id="smol"' in html
     assert 'data-testid="prompt-cache">0 entries, 0 B of 512.0 MiB' in html  # nothing generated yet
+    assert "(bound 512.0 MiB)" in html  # all models' caches together (MLX_SERVER_PROMPT_CACHE_MB)
     indicator = page.get("/server/indicator").text
     assert "1 loaded" in indicator
     done = page.post("/server/unload-all", headers={"HX-Request": "true"})
