@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
@@ -30,7 +30,7 @@ from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
-from mlx_manager.web.login import LoginMiddleware
+from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
 from mlx_manager.web.templating import STATIC_DIR
 from mlx_server.facade import (
     GuardPolicy,
@@ -39,6 +39,7 @@ from mlx_server.facade import (
     create_server_app,
     health_router,
     instrument,
+    metrics_router,
     server_services,
     use_server_settings,
 )
@@ -54,6 +55,12 @@ async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
 
 def _refused(_scope: Scope, status: int, message: str) -> PlainTextResponse:
     return PlainTextResponse(message, status_code=status)
+
+
+def _dashboard_access(request: Request) -> bool:
+    """/metrics with the pages' rule: a dashboard session, or no login required (web/login.py)."""
+    logged_in = bool(request.scope.get("state", {}).get(LOGGED_IN_STATE))
+    return logged_in or not get_manager_settings().login_required
 
 
 def create_app(settings: ManagerSettings | None = None) -> FastAPI:
@@ -84,7 +91,9 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    app.mount("/v1", create_server_app(embedded=True, host_names=(settings.host,)))
+    server_app = create_server_app(embedded=True, host_names=(settings.host,))
+    app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
+    app.mount("/v1", server_app)
     app.add_middleware(CSRFMiddleware)
     app.add_middleware(LoginMiddleware)  # outside CSRF: no session, no form handling at all
     # Host allow-list and body limits for the pages; /v1 guards itself (errors in its protocols').

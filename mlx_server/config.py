@@ -65,6 +65,9 @@ class MLXServerSettings(BaseSettings):
     # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
     metrics_public: bool = False
 
+    # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
+    metrics_public: bool = False
+
     # Audit rows older than this are pruned by a scheduled job; 0 keeps them forever.
     audit_retention_days: int = Field(default=30, ge=0)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_server import __version__
+from mlx_server.api.metrics import metrics_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
@@ -245,6 +246,7 @@ __all__ = [
     "load_model",
     "lock_home",
     "memory_budget_bytes",
+    "metrics_router",
     "page_before",
     "pool_limits",
     "pool_state",

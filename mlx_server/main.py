@@ -15,6 +15,7 @@ from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
 from mlx_server.api.error_shapes import install_error_handlers
 from mlx_server.api.key_middleware import ApiKeyMiddleware
+from mlx_server.api.metrics import metrics_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
@@ -23,6 +24,7 @@ from mlx_server.database import database_status, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import instrument
 from mlx_server.services.operations.audit import audit_service
+from mlx_server.services.operations.metrics import ServerMetrics
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
 from mlx_server.services.operations.scheduler import get_scheduler, schedule_every, stop_scheduler
 
@@ -100,12 +102,15 @@ async def migrate_on_start(_app: FastAPI) -> AsyncIterator[None]:
         yield
 
 
-def create_app(embedded: bool = False, host_names: tuple[str, ...] = ()) -> FastAPI:
+def create_app(
+    embedded: bool = False, host_names: tuple[str, ...] = (), metrics: ServerMetrics | None = None
+) -> FastAPI:
     """Build the server app.
 
     Embedded: mounted by the manager at /v1, shares its database and lifespan.
     Standalone: serves /v1/... itself and runs `server_services()` as its lifespan.
     `host_names`: Host headers to accept besides loopback and the settings' (the manager's bind).
+    `metrics`: count into another app's metrics (the manager's apps into one /metrics).
     """
     settings = get_settings()
     app = FastAPI(
@@ -123,8 +128,12 @@ def create_app(embedded: bool = False, host_names: tuple[str, ...] = ()) -> Fast
     # Inside the audit middleware: refused requests get their audit row too.
     policy = GuardPolicy.from_settings(settings, (settings.host, *host_names))
     app.add_middleware(RequestGuard, policy=policy)
-    app.add_middleware(AuditMiddleware)
+    # The app's own metrics (app.state.metrics): the manager serves them at its /metrics.
+    app.state.metrics = metrics = metrics or ServerMetrics()
+    app.add_middleware(AuditMiddleware, metrics=metrics)
     app.include_router(health_router)
+    if not embedded:
+        app.include_router(metrics_router(metrics))
     app.include_router(v1_router, prefix="" if embedded else "/v1")
     if not embedded:
         instrument(app, token=settings.logfire_token, service_name="mlx-server")

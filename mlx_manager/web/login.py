@@ -23,6 +23,8 @@ from mlx_server.facade import get_engine
 
 OPEN_PREFIXES = ("/v1", "/static/")
 OPEN_PATHS = frozenset({"/health", "/login", "/login/setup", "/logout", "/favicon.ico"})
+# Decides itself (api/metrics.py): a session as marked here, or an admin API key for a scraper.
+SELF_CHECKED_PATHS = frozenset({"/metrics"})
 LOGGED_IN_STATE = "logged_in"
 
 
@@ -63,7 +65,7 @@ class LoginMiddleware:
             with Session(get_engine()) as session:
                 logged_in = session_is_valid(session, cookie)
         scope.setdefault("state", {})[LOGGED_IN_STATE] = logged_in
-        if logged_in or path in OPEN_PATHS or not self.settings().login_required:
+        if logged_in or path in OPEN_PATHS | SELF_CHECKED_PATHS or not self.settings().login_required:
             await self.app(scope, receive, send)
             return
         await _login_redirect(scope, headers)(scope, receive, send)

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from uuid import uuid4
 
 from fastapi import Depends, Request
@@ -23,6 +23,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mlx_server.records import AuditLog, utcnow
 from mlx_server.services.operations.audit import AuditService, audit_service
 from mlx_server.services.pipeline.generation import CompletionStats
+
+if TYPE_CHECKING:
+    from mlx_server.services.operations.metrics import ServerMetrics
 
 logger = logging.getLogger("mlx_server.audit")
 
@@ -136,6 +139,20 @@ def full_path(scope: Scope) -> str:
     return path if path.startswith(root_path) else root_path + path
 
 
+def route_label(scope: Scope) -> str:
+    """The request's method and route ("GET /v1/admin/models/{model_id}/load": its path with the
+    path parameters' values replaced by their names), so ids in paths do not each make a metrics
+    series; "(unmatched)" when no route took the request (refused before routing, or no such path)."""
+    if "endpoint" not in scope:  # set by the router on a match
+        return f"{scope['method']} (unmatched)"
+    rest, route = full_path(scope), ""
+    for name, value in reversed(scope.get("path_params", {}).items()):  # right to left
+        head, found, tail = rest.rpartition(str(value))
+        if found:
+            rest, route = head, "{" + name + "}" + tail + route
+    return f"{scope['method']} {rest}{route}"
+
+
 def is_audited(path: str) -> bool:
     return (path == AUDITED_PREFIX or path.startswith(AUDITED_PREFIX + "/")) and path not in NOT_AUDITED
 
@@ -154,9 +171,12 @@ def _error_message(body: bytes) -> str | None:
 class AuditMiddleware:
     """Records one audit row per /v1 request and returns its id as the x-request-id header."""
 
-    def __init__(self, app: ASGIApp, service: AuditService | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, service: AuditService | None = None, metrics: ServerMetrics | None = None
+    ) -> None:
         self.app = app
         self.service = service or audit_service
+        self.metrics = metrics  # counts each row as it is recorded (services/operations/metrics.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = full_path(scope) if scope["type"] == "http" else ""
@@ -164,6 +184,7 @@ class AuditMiddleware:
             await self.app(scope, receive, send)
             return
         exchange = _Exchange(self.service, scope, f"{scope['method']} {path}", receive, send)
+        exchange.metrics = self.metrics
         try:
             await self.app(scope, exchange.receive, exchange.send)
         except BaseException as exc:
@@ -190,6 +211,8 @@ class _Exchange:
         self.ended_at: float | None = None
         self.disconnected = False
         self.recorded = False
+        self.scope = scope
+        self.metrics: ServerMetrics | None = None
 
     async def receive(self) -> Message:
         message = await self._receive()
@@ -244,24 +267,25 @@ class _Exchange:
                 error = _error_message(bytes(self.error_body))
             if error is None and status == CLIENT_CLOSED_REQUEST:
                 error = "The client closed the connection before the response was complete."
-            self.service.record(
-                AuditLog(
-                    request_id=details.request_id,
-                    created_at=self.created_at,
-                    endpoint=self.endpoint,
-                    model=details.model,
-                    status=status,
-                    latency_ms=(ended - details.started) * 1000,
-                    ttft_ms=details.ttft_ms,
-                    protocol=details.protocol,
-                    stream=details.stream,
-                    prompt_tokens=details.prompt_tokens,
-                    completion_tokens=details.completion_tokens,
-                    audio_seconds=details.audio_seconds,
-                    error=error[:_MAX_ERROR_CHARS] if error else None,
-                    parameters=details.parameters,
-                    key_name=details.key_name,
-                )
+            row = AuditLog(
+                request_id=details.request_id,
+                created_at=self.created_at,
+                endpoint=self.endpoint,
+                model=details.model,
+                status=status,
+                latency_ms=(ended - details.started) * 1000,
+                ttft_ms=details.ttft_ms,
+                protocol=details.protocol,
+                stream=details.stream,
+                prompt_tokens=details.prompt_tokens,
+                completion_tokens=details.completion_tokens,
+                audio_seconds=details.audio_seconds,
+                error=error[:_MAX_ERROR_CHARS] if error else None,
+                parameters=details.parameters,
+                key_name=details.key_name,
             )
+            if self.metrics is not None:  # before the writer thread owns the row
+                self.metrics.observe(row, route_label(self.scope))
+            self.service.record(row)
         except Exception:  # the audit log must never fail a request
             logger.exception("could not record the audit row for %s", self.endpoint)

@@ -1,0 +1,123 @@
+"""Prometheus metrics (blueprint §13.1): what the server did, and what it holds right now.
+
+One `ServerMetrics` per app, each with its own registry (never prometheus-client's global one,
+so two apps in one process, as in the tests, count apart). Request figures are counted from the
+audit rows as they are recorded (api/audit_middleware.py): every /v1 request is counted once,
+with the same endpoint, model, status, tokens and times as its audit row. Pool, queue and
+prompt-cache figures are read when scraped (`_StateCollector`), never kept twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from mlx_server.models.pool import get_model_pool
+from mlx_server.records import AuditLog
+from mlx_server.services.pipeline.generation import admission
+
+PREFIX = "mlx_server"
+# Seconds. TTFT on a CPU runs from ~50 ms (cached prefix) to minutes (a long prefill).
+TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+NO_MODEL = ""  # the label of requests that named no model (GET /v1/models, refusals)
+
+
+class _StateCollector(Collector):
+    """Gauges read from the pool and the admission control at scrape time."""
+
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
+        pool = get_model_pool()
+        status = pool.status()
+        yield _gauge(
+            "pool_memory_used_bytes", "Weights and prompt caches the pool holds.", status["used_bytes"]
+        )
+        yield _gauge("pool_memory_budget_bytes", "The pool's memory budget.", status["budget_bytes"])
+        yield _gauge(
+            "prompt_cache_bytes", "KV caches kept for prompt-prefix reuse.", status["prompt_cache_bytes"]
+        )
+        yield _gauge("models_loaded", "Models loaded in the pool.", len(status["models"]))
+        yield _gauge(
+            "queue_depth",
+            "Generations admitted and not finished (running or waiting for the MLX thread).",
+            admission.pending,
+        )
+        sizes = GaugeMetricFamily(
+            f"{PREFIX}_model_size_bytes", "Memory of each loaded model's weights.", labels=["model", "type"]
+        )
+        hits = CounterMetricFamily(
+            f"{PREFIX}_prompt_cache_hits",
+            "Requests that reused a cached prompt prefix, per loaded model (since its load).",
+            labels=["model"],
+        )
+        reused = CounterMetricFamily(
+            f"{PREFIX}_prompt_cache_reused_tokens",
+            "Prompt tokens served from the prompt cache instead of prefilled (since the model's load).",
+            labels=["model"],
+        )
+        for model in status["models"]:
+            sizes.add_metric([model["id"], model["type"]], model["size_bytes"])
+            hits.add_metric([model["id"]], model["prompt_cache"]["hits"])
+            reused.add_metric([model["id"]], model["prompt_cache"]["reused_tokens"])
+        yield from (sizes, hits, reused)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+
+
+class ServerMetrics:
+    """The counters and histograms of one app, and its registry (see the module docstring)."""
+
+    def __init__(self, extra_collectors: Iterable[Collector] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        registry = self.registry
+        self.requests = Counter(
+            f"{PREFIX}_requests",
+            "Requests to /v1 by endpoint, model and HTTP status.",
+            ["endpoint", "model", "status"],
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            f"{PREFIX}_prompt_tokens", "Prompt tokens processed.", ["model"], registry=registry
+        )
+        self.completion_tokens = Counter(
+            f"{PREFIX}_completion_tokens", "Tokens generated.", ["model"], registry=registry
+        )
+        self.ttft = Histogram(
+            f"{PREFIX}_time_to_first_token_seconds",
+            "From a request's arrival to its first generated token.",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.latency = Histogram(
+            f"{PREFIX}_request_duration_seconds",
+            "From a request's arrival to its last byte sent.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        registry.register(_StateCollector())
+        for collector in extra_collectors:
+            registry.register(collector)
+
+    def observe(self, row: AuditLog, endpoint: str) -> None:
+        """Count one finished request; `endpoint` is its route ("POST /v1/models/{model_id}"),
+        so ids in paths do not make a series each."""
+        model = row.model or NO_MODEL
+        self.requests.labels(endpoint, model, str(row.status)).inc()
+        if row.prompt_tokens:
+            self.prompt_tokens.labels(model).inc(row.prompt_tokens)
+        if row.completion_tokens:
+            self.completion_tokens.labels(model).inc(row.completion_tokens)
+        if row.ttft_ms is not None:
+            self.ttft.labels(model).observe(row.ttft_ms / 1000)
+        self.latency.labels(endpoint).observe(row.latency_ms / 1000)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)
