@@ -80,11 +80,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(home: Path) -> Iterator[str]:
-    """Serve from `home` (the default model is imported on first start); yields the base URL."""
+def running_server(home: Path, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """Serve from `home` (the default model is imported on first start), with `settings` as
+    extra environment (e.g. MLX_SERVER_MAX_PENDING_REQUESTS); yields the base URL."""
     port = free_port()
     executable = Path(sys.executable).parent / "mlx-manager"
-    env = {**os.environ, "MLX_MANAGER_HOME": str(home)}
+    env = {**os.environ, "MLX_MANAGER_HOME": str(home), **(settings or {})}
     env.pop("MLX_SERVER_HOME", None)
     with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as url:
         yield url
