@@ -36,9 +36,9 @@ from mlx_server.facade import (
     GuardPolicy,
     RequestGuard,
     __version__,
+    configure_tracing,
     create_server_app,
     health_router,
-    instrument,
     metrics_router,
     server_services,
     use_server_settings,
@@ -99,5 +99,5 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     # Host allow-list and body limits for the pages; /v1 guards itself (errors in its protocols').
     policy = GuardPolicy.from_settings(settings.server_settings(), (settings.host,))
     app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1",))
-    instrument(app, token=settings.logfire_token, service_name="mlx-manager")
+    configure_tracing(token=settings.logfire_token, service_name="mlx-manager")
     return app

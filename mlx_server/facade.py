@@ -36,7 +36,7 @@ from mlx_server.models.store import (
     validate_model_id,
 )
 from mlx_server.models.whisper_import import WhisperImportError
-from mlx_server.observability import instrument
+from mlx_server.observability import configure_tracing
 from mlx_server.records import (
     ApiKey,
     ApiKeyScope,
@@ -211,6 +211,7 @@ __all__ = [
     "bench_arguments",
     "bind_refusal",
     "check_request",
+    "configure_tracing",
     "count_audit_rows",
     "create_api_key",
     "create_embeddings",
@@ -233,7 +234,6 @@ __all__ = [
     "import_whisper",
     "input_list",
     "inspect_audio",
-    "instrument",
     "is_cross_site",
     "is_loopback",
     "is_probe_running",

@@ -22,7 +22,7 @@ from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
-from mlx_server.observability import instrument
+from mlx_server.observability import configure_tracing
 from mlx_server.services.operations.audit import audit_service
 from mlx_server.services.operations.metrics import ServerMetrics
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
@@ -136,5 +136,5 @@ def create_app(
         app.include_router(metrics_router(metrics))
     app.include_router(v1_router, prefix="" if embedded else "/v1")
     if not embedded:
-        instrument(app, token=settings.logfire_token, service_name="mlx-server")
+        configure_tracing(token=settings.logfire_token, service_name="mlx-server")
     return app

@@ -21,6 +21,7 @@ from mlx_server.models.adapters import ChatTemplateError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import get_model_pool
+from mlx_server.observability import GenerationSpan, traced_pipeline
 from mlx_server.services.leased_stream import LeasedStream
 from mlx_server.services.operations.generation_defaults import default_max_tokens
 from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
@@ -192,6 +193,7 @@ def _request_tools(
     return named
 
 
+@traced_pipeline  # a span when tracing is configured (observability.py)
 async def generate_chat_completion(
     request: GenerationRequest, stats: CompletionStats | None = None
 ) -> EventStream:
@@ -230,7 +232,8 @@ async def generate_chat_completion(
     )
     params = _under_grammar(request.params) if constraint is not None else request.params
     pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint, vision)
-    return EventStream(_chat_events(pieces, turn, stats), release)
+    generation = GenerationSpan(loaded.model_id)  # ended with the stream, with its figures
+    return EventStream(_chat_events(pieces, turn, stats), generation.ending(stats, release))
 
 
 async def _chat_events(
