@@ -1,4 +1,4 @@
-"""FastAPI app for the manager: pages, static files, and the inference server at /v1."""
+"""FastAPI app for the manager: pages, static files, and the inference server at /v1 and /api."""
 
 from __future__ import annotations
 
@@ -94,10 +94,17 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     server_app = create_server_app(embedded=True, host_names=(settings.host,))
     app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
     app.mount("/v1", server_app)
+    # Ollama's API: its own server app where Ollama's clients look (/api/chat ...), counted in
+    # the same /metrics.
+    ollama_app = create_server_app(
+        embedded=True, host_names=(settings.host,), mount="/api", metrics=server_app.state.metrics
+    )
+    app.mount("/api", ollama_app)
     app.add_middleware(CSRFMiddleware)
     app.add_middleware(LoginMiddleware)  # outside CSRF: no session, no form handling at all
-    # Host allow-list and body limits for the pages; /v1 guards itself (errors in its protocols').
+    # Host allow-list and body limits for the pages; /v1 and /api guard themselves (errors in
+    # their protocols').
     policy = GuardPolicy.from_settings(settings.server_settings(), (settings.host,))
-    app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1",))
+    app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1", "/api"))
     configure_tracing(token=settings.logfire_token, service_name="mlx-manager")
     return app

@@ -16,6 +16,7 @@ from mlx_server.api.audit_middleware import AuditMiddleware
 from mlx_server.api.error_shapes import install_error_handlers
 from mlx_server.api.key_middleware import ApiKeyMiddleware
 from mlx_server.api.metrics import metrics_router
+from mlx_server.api.ollama import router as ollama_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
@@ -103,12 +104,16 @@ async def migrate_on_start(_app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(
-    embedded: bool = False, host_names: tuple[str, ...] = (), metrics: ServerMetrics | None = None
+    embedded: bool = False,
+    host_names: tuple[str, ...] = (),
+    mount: str = "/v1",
+    metrics: ServerMetrics | None = None,
 ) -> FastAPI:
     """Build the server app.
 
-    Embedded: mounted by the manager at /v1, shares its database and lifespan.
-    Standalone: serves /v1/... itself and runs `server_services()` as its lifespan.
+    Embedded: mounted by the manager at `mount`, shares its database and lifespan; it serves
+    the routes of that prefix: /v1 (OpenAI, Anthropic, admin) or /api (Ollama).
+    Standalone: serves /v1/... and /api/... itself and runs `server_services()` as its lifespan.
     `host_names`: Host headers to accept besides loopback and the settings' (the manager's bind).
     `metrics`: count into another app's metrics (the manager's apps into one /metrics).
     """
@@ -134,7 +139,10 @@ def create_app(
     app.include_router(health_router)
     if not embedded:
         app.include_router(metrics_router(metrics))
-    app.include_router(v1_router, prefix="" if embedded else "/v1")
+    if not embedded or mount == "/v1":
+        app.include_router(v1_router, prefix="" if embedded else "/v1")
+    if not embedded or mount == "/api":
+        app.include_router(ollama_router, prefix="" if embedded else "/api")
     if not embedded:
         configure_tracing(token=settings.logfire_token, service_name="mlx-server")
     return app

@@ -10,8 +10,8 @@ form (the chat composer with images attached) carries the field like any other.
 It also refuses a state-changing request a browser marks as sent by a page of another site
 (`Origin` not this host, or `Sec-Fetch-Site: cross-site`), token or not.
 
-The inference API under /v1 is exempt: its clients are scripts with no cookies (its own guard,
-mlx_server/api/request_guard.py, refuses cross-site requests).
+The inference APIs under /v1 and /api (Ollama's) are exempt: their clients are scripts with no
+cookies (their own guard, mlx_server/api/request_guard.py, refuses cross-site requests).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ COOKIE = "mlx_csrf"
 HEADER = "x-csrf-token"
 FIELD = "csrf_token"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-EXEMPT_PREFIXES = ("/v1", "/static")
+EXEMPT_PREFIXES = ("/v1", "/api", "/static")
 MAX_FORM_BYTES = 1 << 20
 # What `secrets.token_urlsafe(32)` makes; anything else in the cookie is replaced.
 TOKEN_SHAPE = re.compile(r"[A-Za-z0-9_-]{32,64}")

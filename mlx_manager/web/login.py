@@ -1,7 +1,7 @@
 """The dashboard's login gate: every page needs a valid session cookie when login is required.
 
 Login is required whenever the bind is not loopback, and on loopback when MLX_MANAGER_REQUIRE_LOGIN
-is set (ManagerSettings.login_required). /v1 has its own keys; /static, /health and the login
+is set (ManagerSettings.login_required). /v1 and /api have their own keys; /static, /health and the login
 pages are open. A page asked for without a session is redirected to /login (htmx requests get
 `HX-Redirect`, other methods a 401).
 """
@@ -21,7 +21,7 @@ from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import SESSION_COOKIE, session_is_valid
 from mlx_server.facade import get_engine
 
-OPEN_PREFIXES = ("/v1", "/static/")
+OPEN_PREFIXES = ("/v1", "/api/", "/static/")
 OPEN_PATHS = frozenset({"/health", "/login", "/login/setup", "/logout", "/favicon.ico"})
 # Decides itself (api/metrics.py): a session as marked here, or an admin API key for a scraper.
 SELF_CHECKED_PATHS = frozenset({"/metrics"})

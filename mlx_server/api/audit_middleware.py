@@ -1,4 +1,5 @@
-"""Audit every /v1 request: one row when its response ends (last byte sent or client gone).
+"""Audit every /v1 and /api (Ollama) request: one row when its response ends (last byte sent or
+client gone).
 
 A pure ASGI middleware, not BaseHTTPMiddleware: it sees a streamed body chunk by chunk, so it
 can time the last byte and notice a client leaving mid-stream. Handlers add what only they
@@ -33,7 +34,7 @@ AUDIT_STATE_KEY = "audit"
 REQUEST_ID_HEADER = "x-request-id"
 # nginx's "client closed request": the client left before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
-AUDITED_PREFIX = "/v1"
+AUDITED_PREFIXES = ("/v1", "/api")
 NOT_AUDITED = frozenset({"/v1/health"})  # polled by monitors; would drown the log
 _MAX_ERROR_BODY = 64 * 1024
 _MAX_ERROR_CHARS = 4000
@@ -154,22 +155,23 @@ def route_label(scope: Scope) -> str:
 
 
 def is_audited(path: str) -> bool:
-    return (path == AUDITED_PREFIX or path.startswith(AUDITED_PREFIX + "/")) and path not in NOT_AUDITED
+    audited = any(path == prefix or path.startswith(prefix + "/") for prefix in AUDITED_PREFIXES)
+    return audited and path not in NOT_AUDITED
 
 
 def _error_message(body: bytes) -> str | None:
-    """The message of an OpenAI-shaped error body, if that is what it is."""
+    """The message of an error body in OpenAI's, Anthropic's or Ollama's (a string) shape."""
     try:
         parsed = json.loads(body)
     except ValueError:
         return None
     error = parsed.get("error") if isinstance(parsed, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
     return message if isinstance(message, str) else None
 
 
 class AuditMiddleware:
-    """Records one audit row per /v1 request and returns its id as the x-request-id header."""
+    """Records one audit row per /v1 or /api request and returns its id as the x-request-id header."""
 
     def __init__(
         self, app: ASGIApp, service: AuditService | None = None, metrics: ServerMetrics | None = None

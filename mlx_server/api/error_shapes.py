@@ -1,11 +1,12 @@
-"""Every error of a /v1 route in its protocol's shape, whichever layer answers it.
+"""Every error of a /v1 or /api route in its protocol's shape, whichever layer answers it.
 
 Anthropic's routes (/v1/messages and below) answer `{"type": "error", "error": {"type",
-"message"}, "request_id"}`, every other route OpenAI's shape (mlx_server/errors). The guard, the
-key check, the time limits and the app's exception handlers all answer through `shaped_error`,
-so a 413 raised while a chunked body is read, a 404 for an unknown sub-path, a 405, a 504 or an
-unexpected 500 on /v1/messages look like every other Anthropic error (a timeout is
-`timeout_error` whether the request streamed or not).
+"message"}, "request_id"}`, Ollama's (/api and below) `{"error": "message"}`, every other
+route OpenAI's shape (mlx_server/errors). The guard, the key check, the time limits and the
+app's exception handlers all answer through `shaped_error`, so a 413 raised while a chunked
+body is read, a 404 for an unknown sub-path, a 405, a 504 or an unexpected 500 on /v1/messages
+look like every other Anthropic error (a timeout is `timeout_error` whether the request
+streamed or not), and on /api like every other Ollama error.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mlx_server.errors import APIError, anthropic_error_response, error_response
 logger = logging.getLogger("mlx_server.errors")
 
 ANTHROPIC_PREFIX = "/v1/messages"
+OLLAMA_PREFIX = "/api"
 INTERNAL_ERROR = (
     "The server failed on this request; its log has the details (look for the request id). "
     "Retry, or report it if it keeps happening."
@@ -35,6 +37,16 @@ def is_anthropic(scope: Scope) -> bool:
     return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
 
 
+def is_ollama(scope: Scope) -> bool:
+    path = full_path(scope)
+    return path == OLLAMA_PREFIX or path.startswith(OLLAMA_PREFIX + "/")
+
+
+def ollama_error_response(error: APIError) -> JSONResponse:
+    """Ollama's shape: `{"error": "..."}`; its clients raise the message with the status."""
+    return JSONResponse({"error": error.message}, status_code=error.status, headers=error.headers)
+
+
 def _request_id(scope: Scope) -> str | None:
     details = scope.get("state", {}).get(AUDIT_STATE_KEY)
     return details.request_id or None if isinstance(details, AuditDetails) else None
@@ -44,6 +56,8 @@ def shaped_error(scope: Scope, error: APIError) -> JSONResponse:
     """`error` in the shape of the protocol the request's path belongs to."""
     if is_anthropic(scope):
         return anthropic_error_response(error, _request_id(scope))
+    if is_ollama(scope):
+        return ollama_error_response(error)
     return error_response(error)
 
 

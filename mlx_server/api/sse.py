@@ -1,7 +1,8 @@
-"""Server-sent events for both protocols.
+"""Streamed responses: server-sent events for OpenAI and Anthropic, NDJSON for Ollama.
 
 OpenAI: `data: {json}` per chunk, then `data: [DONE]`. Anthropic: named events
 (`event: message_start` ...), `ping` events while the client waits, no terminator.
+Ollama: one JSON object per line, no terminator.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import StreamingResponse
 
 from mlx_server.errors import APIError
 
@@ -20,6 +22,9 @@ logger = logging.getLogger("mlx_server.api")
 # Seconds between keep-alives while nothing else is sent (a long prefill on a big prompt).
 PING_SECONDS = 15
 ANTHROPIC_PING_SECONDS = 5
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
+
+T = TypeVar("T")
 
 
 def _json(value: Any) -> str:
@@ -27,11 +32,11 @@ def _json(value: Any) -> str:
 
 
 async def _guarded(
-    events: AsyncIterable[ServerSentEvent],
-    error_event: Callable[[str], ServerSentEvent],
+    events: AsyncIterable[T],
+    error_event: Callable[[str], T],
     on_progress: Callable[[], None] | None,
     on_error: Callable[[str], None] | None,
-) -> AsyncIterator[ServerSentEvent]:
+) -> AsyncIterator[T]:
     """`events`, with a failure after the first one turned into an error event (the status line
     is gone); `on_progress` runs after every event and once at the end, also when the client left."""
     try:
@@ -102,3 +107,22 @@ def anthropic_event_stream(
         ping_message_factory=ping,
         headers={"Cache-Control": "no-cache"},
     )
+
+
+def ndjson_stream(
+    objects: AsyncIterable[dict[str, Any]],
+    *,
+    on_progress: Callable[[], None] | None = None,
+    on_error: Callable[[str], None] | None = None,
+) -> StreamingResponse:
+    """Ollama's streaming: one JSON object per line; a failure becomes a last `{"error": ...}`
+    line, which Ollama's clients raise."""
+
+    async def lines() -> AsyncIterator[str]:
+        async for item in objects:
+            yield _json(item) + "\n"
+
+    def error(message: str) -> str:
+        return _json({"error": message}) + "\n"
+
+    return StreamingResponse(_guarded(lines(), error, on_progress, on_error), media_type=NDJSON_MEDIA_TYPE)

@@ -4,7 +4,8 @@ The handler's task is cancelled at the deadline. Cancelling closes the request's
 (`MetalThread.stream` closes its generator in the next MLX job, the EventStream gives back the
 model lease and the admission slot), so the MLX thread is free for the next request. The
 client then gets a 504 in its protocol's shape or, when a stream had already started, a last
-error event in that stream's framing (OpenAI `data: {"error": ...}`, Anthropic `event: error`).
+error event in that stream's framing (OpenAI `data: {"error": ...}`, Anthropic `event: error`,
+Ollama a last `{"error": ...}` line).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from fnmatch import fnmatchcase
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlx_server.api.error_shapes import is_anthropic, protocol_error
+from mlx_server.api.error_shapes import is_anthropic, is_ollama, protocol_error
 
 NOT_TIMED = frozenset({"/v1/health", "/health"})
 
@@ -41,6 +42,8 @@ def stream_error_event(scope: Scope, message: str) -> bytes:
     if is_anthropic(scope):
         body = {"type": "error", "error": {"type": "timeout_error", "message": message}}
         return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+    if is_ollama(scope):  # NDJSON: one last line
+        return f"{json.dumps({'error': message})}\n".encode()
     error = {"message": message, "type": "timeout_error", "param": None, "code": "timeout"}
     return f"data: {json.dumps({'error': error})}\n\n".encode()
 

@@ -63,6 +63,9 @@ class LoadedModel:
     loaded_at: float = field(default_factory=time.time)
     last_used: float = field(default_factory=time.time)
     pinned: bool = False
+    # A client's keep_alive (Ollama): seconds idle before the sweep unloads it, in place of the
+    # pool's TTL (math.inf: never, 0: at once); None: the pool's TTL.
+    keep_alive_s: float | None = None
     active: int = 0
     prompt_cache: PromptCache = field(default_factory=PromptCache.from_settings)
     # Embeddings: pooling, normalization, dimensions and the longest input.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -157,20 +158,23 @@ class ModelPoolManager:
             )
         await self._evict(model_id)
 
+    def idle_ttl_of(self, loaded: LoadedModel) -> float:
+        """Seconds `loaded` may sit idle before the sweep unloads it (math.inf: never): a
+        client's keep_alive, else the pool's TTL (0 disables it); a pinned model never."""
+        if loaded.pinned:
+            return math.inf
+        if loaded.keep_alive_s is not None:
+            return loaded.keep_alive_s
+        return self.idle_ttl_seconds if self.idle_ttl_seconds > 0 else math.inf
+
     async def evict_idle(self) -> list[str]:
-        """Unload unpinned models unused for longer than the idle TTL (0 disables this)."""
-        if self.idle_ttl_seconds <= 0:
-            return []
-        cutoff = time.time() - self.idle_ttl_seconds
-        idle = [
-            m.model_id
-            for m in self._models.values()
-            if not m.pinned and not m.active and m.last_used < cutoff
-        ]
-        for model_id in idle:
-            logger.info("unloading %s: idle for more than %.0f s", model_id, self.idle_ttl_seconds)
-            await self._evict(model_id)
-        return idle
+        """Unload the models unused for longer than their idle TTL (`idle_ttl_of`)."""
+        now = time.time()
+        idle = [m for m in self._models.values() if not m.active and now - m.last_used >= self.idle_ttl_of(m)]
+        for loaded in idle:
+            logger.info("unloading %s: idle for more than %.0f s", loaded.model_id, self.idle_ttl_of(loaded))
+            await self._evict(loaded.model_id)
+        return [m.model_id for m in idle]
 
     async def unload_all(self) -> None:
         for model_id in list(self._models):

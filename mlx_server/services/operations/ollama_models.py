@@ -1,0 +1,143 @@
+"""The model catalog as Ollama describes it: /api/tags, /api/show and /api/ps.
+
+Names are the server's model ids. Fields Ollama fills from its own model store are filled
+from what the model directory says: `details.family` is the config's model_type, the
+quantization level its `quantization.bits` (Q4, Q8) or its dtype (BF16, F32), `digest` a
+stable hash of the id, path and registration time (a model re-imported under the same id gets
+a new one). `size_vram` is the memory the pool counts for the model (MLX's unified memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session
+
+from mlx_server.database import get_engine
+from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template, read_config
+from mlx_server.models.pool import get_model_pool
+from mlx_server.models.store import get_model, list_models
+from mlx_server.records import ModelCapabilities, ModelRecord
+
+# What /api/ps shows for a model kept loaded (Ollama shows a date centuries away too).
+FOREVER = datetime(2318, 1, 1, tzinfo=UTC)
+_CAPABILITIES = {
+    ModelType.TEXT_GEN: ["completion", "tools"],
+    ModelType.VISION: ["completion", "tools", "vision"],
+    ModelType.EMBEDDINGS: ["embedding"],
+}
+
+
+def _iso(moment: datetime) -> str:
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat().replace("+00:00", "Z")
+
+
+def digest(record: ModelRecord) -> str:
+    return hashlib.sha256(f"{record.id}\n{record.path}\n{record.created_at}".encode()).hexdigest()
+
+
+def _quantization(config: dict[str, Any]) -> str:
+    bits = (config.get("quantization") or config.get("quantization_config") or {}).get("bits")
+    if isinstance(bits, int):
+        return f"Q{bits}"
+    dtype = config.get("torch_dtype") or config.get("dtype")
+    return {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}.get(str(dtype), "")
+
+
+def details(config: dict[str, Any]) -> dict[str, Any]:
+    family = str(config.get("model_type", ""))
+    return {
+        "parent_model": "",
+        "format": "safetensors",
+        "family": family,
+        "families": [family] if family else None,
+        "parameter_size": "",
+        "quantization_level": _quantization(config),
+    }
+
+
+def _summary(record: ModelRecord) -> dict[str, Any]:
+    return {
+        "name": record.id,
+        "model": record.id,
+        "modified_at": _iso(record.created_at),
+        "size": record.size_bytes,
+        "digest": digest(record),
+        "details": details(read_config(Path(record.path))),
+    }
+
+
+def tags() -> dict[str, Any]:
+    with Session(get_engine()) as session:
+        return {"models": [_summary(record) for record in list_models(session)]}
+
+
+def _model_info(model_id: str, config: dict[str, Any]) -> dict[str, Any]:
+    architecture = str(config.get("model_type", ""))
+    info: dict[str, Any] = {"general.architecture": architecture, "general.basename": model_id}
+    keys = {
+        "context_length": ("max_position_embeddings", "max_seq_len"),
+        "embedding_length": ("hidden_size", "d_model"),
+        "block_count": ("num_hidden_layers", "n_layers"),
+        "attention.head_count": ("num_attention_heads",),
+        "attention.head_count_kv": ("num_key_value_heads",),
+        "vocab_size": ("vocab_size",),
+    }
+    for key, names in keys.items():
+        value = next((config[n] for n in names if isinstance(config.get(n), int)), None)
+        if value is not None:
+            info[f"{architecture}.{key}"] = value
+    return info
+
+
+def show(model_id: str) -> dict[str, Any]:
+    """The model's details, chat template and capabilities (`model_id` is a registered id)."""
+    with Session(get_engine()) as session:
+        record = get_model(session, model_id)
+        probed = session.get(ModelCapabilities, model_id)
+    assert record is not None, "resolved by ollama_model()"
+    path = Path(record.path)
+    config = read_config(path)
+    model_type = (
+        ModelType(probed.model_type) if probed and probed.model_type else detect_model_type(path, config)
+    )
+    capabilities = list(_CAPABILITIES.get(model_type, []))
+    if probed is not None and probed.supports_thinking:
+        capabilities.append("thinking")
+    return {
+        "modelfile": f"# Served by MLX Server from {record.path}\nFROM {record.id}\n",
+        "parameters": "",
+        "template": read_chat_template(path),
+        "details": details(config),
+        "model_info": _model_info(record.id, config),
+        "capabilities": capabilities,
+        "modified_at": _iso(record.created_at),
+    }
+
+
+def running() -> dict[str, Any]:
+    """The loaded models, most recently used first, with when each would be unloaded if idle."""
+    pool = get_model_pool()
+    with Session(get_engine()) as session:
+        records = {record.id: record for record in list_models(session)}
+    models = []
+    for status in pool.status()["models"]:
+        loaded, record = pool.get_loaded(status["id"]), records.get(status["id"])
+        if loaded is None or record is None:
+            continue
+        ttl = pool.idle_ttl_of(loaded)
+        expires = FOREVER if math.isinf(ttl) else datetime.fromtimestamp(loaded.last_used + ttl, UTC)
+        models.append(
+            {
+                **_summary(record),
+                "expires_at": _iso(expires),
+                "size": loaded.size_bytes,
+                "size_vram": loaded.size_bytes,
+                "context_length": loaded.context_length,
+            }
+        )
+    return {"models": models}

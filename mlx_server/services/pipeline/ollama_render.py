@@ -1,0 +1,142 @@
+"""Ollama's shapes, rendered from the pipeline's events: /api/chat and /api/generate replies,
+whole or as NDJSON chunks, and /api/embed results.
+
+A streamed reply is one object per piece of text (`message.content` for chat, `response` for
+generate; `thinking` beside it for reasoning), one per finished tool call (`message.tool_calls`,
+arguments as an object), then a last object with `done: true`, `done_reason` and the figures.
+Durations are nanoseconds, as Ollama reports them: `load_duration` is the time from the
+request's arrival until generation could start (model lease, prompt and grammar),
+`prompt_eval_duration` the prefill (to the first token), `eval_duration` the decode after it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterable, AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from mlx_server.schemas.openai import ToolCall
+from mlx_server.services.pipeline.events import (
+    Finish,
+    GenerationEvent,
+    ReasoningDelta,
+    Reply,
+    TextDelta,
+    ToolCallDone,
+)
+from mlx_server.services.pipeline.generation import CompletionStats
+
+Kind = Literal["chat", "generate"]
+NS_PER_S = 1_000_000_000
+
+
+def created_at() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def nanoseconds(seconds: float) -> int:
+    return int(seconds * NS_PER_S)
+
+
+@dataclass
+class RequestClock:
+    """When the request arrived and when its generation was ready to start (perf_counter)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    ready: float | None = None
+
+    def mark_ready(self) -> None:
+        self.ready = time.perf_counter()
+
+    def figures(self, stats: CompletionStats) -> dict[str, int]:
+        now = time.perf_counter()
+        return {
+            "total_duration": nanoseconds(now - self.started),
+            "load_duration": nanoseconds((self.ready or now) - self.started),
+            "prompt_eval_count": stats.prompt_tokens,
+            "prompt_eval_duration": nanoseconds(stats.ttft_s or 0.0),
+            "eval_count": stats.completion_tokens,
+            "eval_duration": nanoseconds(stats.decode_s),
+        }
+
+
+def done_reason(finish: Finish | None) -> str:
+    """Ollama says "stop" also when the reply is a tool call."""
+    return "length" if finish is not None and finish.reason == "length" else "stop"
+
+
+def tool_call(call: ToolCall) -> dict[str, Any]:
+    arguments = json.loads(call.function.arguments or "{}")
+    return {"function": {"name": call.function.name, "arguments": arguments}}
+
+
+def _piece(kind: Kind, model: str, text: str = "", **extra: Any) -> dict[str, Any]:
+    """One object of a reply: the text under the kind's key, `thinking` or calls beside it."""
+    if kind == "chat":
+        return {
+            "model": model,
+            "created_at": created_at(),
+            "message": {"role": "assistant", "content": text, **extra},
+        }
+    return {"model": model, "created_at": created_at(), "response": text, **extra}
+
+
+def reply(
+    kind: Kind, model: str, whole: Reply, clock: RequestClock, stats: CompletionStats
+) -> dict[str, Any]:
+    """The non-streamed response."""
+    extra: dict[str, Any] = {}
+    if whole.reasoning_content:
+        extra["thinking"] = whole.reasoning_content
+    if whole.tool_calls and kind == "chat":
+        extra["tool_calls"] = [tool_call(call) for call in whole.tool_calls]
+    body = _piece(kind, model, whole.content or "", **extra)
+    body.update(done=True, done_reason=done_reason(whole.finish), **clock.figures(stats))
+    if whole.notices:
+        body["warnings"] = whole.notices  # not Ollama's; its clients ignore it, logs show it
+    return body
+
+
+async def chunks(
+    kind: Kind,
+    events: AsyncIterable[GenerationEvent],
+    model: str,
+    clock: RequestClock,
+    stats: CompletionStats,
+) -> AsyncIterator[dict[str, Any]]:
+    """The NDJSON objects of a streamed reply, the figures in the last."""
+    finish: Finish | None = None
+    async for event in events:
+        match event:
+            case TextDelta(text=text) if text:
+                yield {**_piece(kind, model, text), "done": False}
+            case ReasoningDelta(text=text) if text:
+                yield {**_piece(kind, model, thinking=text), "done": False}
+            case ToolCallDone(call=call) if kind == "chat":
+                yield {**_piece(kind, model, tool_calls=[tool_call(call)]), "done": False}
+            case Finish():
+                finish = event
+    last = _piece(kind, model)
+    last.update(done=True, done_reason=done_reason(finish), **clock.figures(stats))
+    yield last
+
+
+def loaded(kind: Kind, model: str, reason: Literal["load", "unload"]) -> dict[str, Any]:
+    """The answer to a request with nothing to generate (Ollama's way to load or unload)."""
+    return {**_piece(kind, model), "done": True, "done_reason": reason}
+
+
+def embeddings(
+    model: str, vectors: list[list[float]], prompt_tokens: int, clock: RequestClock
+) -> dict[str, Any]:
+    now = time.perf_counter()
+    return {
+        "model": model,
+        "embeddings": vectors,
+        "total_duration": nanoseconds(now - clock.started),
+        "load_duration": nanoseconds((clock.ready or now) - clock.started),
+        "prompt_eval_count": prompt_tokens,
+    }
