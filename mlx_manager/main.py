@@ -13,6 +13,7 @@ from starlette.types import Scope
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
 from mlx_manager.routers import (
     audit,
+    backends,
     chat,
     chat_stream,
     chat_voice,
@@ -85,6 +86,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
             hub,
             downloads,
             keys,
+            backends,
             login,
         )
     ]

@@ -112,6 +112,18 @@ from mlx_server.services.pipeline.generation import CompletionStats, GenerationP
 from mlx_server.services.pipeline.inference import generate_chat_completion
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.services.remote.backends import (
+    BackendIn,
+    RuleIn,
+    delete_backend,
+    delete_rule,
+    list_backends,
+    list_rules,
+    save_backend,
+    save_rule,
+)
+from mlx_server.services.remote.backends import public as backend_view
+from mlx_server.services.remote.backends import refresh_models as refresh_backend_models
 from mlx_server.services.speech.synthesis import MAX_INPUT_CHARS as MAX_SPEECH_INPUT_CHARS
 from mlx_server.services.speech.synthesis import SpeechStream, synthesize_speech
 from mlx_server.services.transcription.audio_input import inspect_audio
@@ -162,6 +174,7 @@ __all__ = [
     "ApiKeyScope",
     "AuditFilter",
     "AuditLog",
+    "BackendIn",
     "CompletionStats",
     "Embeddings",
     "Finish",
@@ -190,6 +203,7 @@ __all__ = [
     "ReasoningDelta",
     "Reply",
     "RequestGuard",
+    "RuleIn",
     "SamplingParams",
     "SettingsSlot",
     "SlidingWindow",
@@ -208,6 +222,7 @@ __all__ = [
     "__version__",
     "audit_retention",
     "audit_service",
+    "backend_view",
     "bench_arguments",
     "bind_refusal",
     "check_request",
@@ -220,7 +235,9 @@ __all__ = [
     "decode_image_data",
     "default_max_tokens_setting",
     "default_whisper_dir",
+    "delete_backend",
     "delete_override",
+    "delete_rule",
     "detect_model_type",
     "distinct_values",
     "ensure_default_models",
@@ -242,7 +259,9 @@ __all__ = [
     "keys_exist",
     "latest_id",
     "list_api_keys",
+    "list_backends",
     "list_models",
+    "list_rules",
     "load_model",
     "lock_home",
     "memory_budget_bytes",
@@ -256,9 +275,12 @@ __all__ = [
     "publish",
     "read_chat_template",
     "read_override",
+    "refresh_backend_models",
     "reset_pool_limits",
     "revoke_api_key",
     "rows_after",
+    "save_backend",
+    "save_rule",
     "server_services",
     "set_audit_retention",
     "set_default_max_tokens",

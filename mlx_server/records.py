@@ -99,6 +99,8 @@ class AuditLog(SQLModel, table=True):
     parameters: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     # The name of the API key the request was made with (None: no key was needed or sent).
     key_name: str | None = Field(default=None, index=True, max_length=64)
+    # The remote backend that answered (services/remote); None when a local model did.
+    backend: str | None = Field(default=None, index=True, max_length=64)
 
 
 class ApiKeyScope(StrEnum):
@@ -132,3 +134,40 @@ class SettingOverride(SQLModel, table=True):
     key: str = Field(primary_key=True, max_length=128)
     value: str
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class BackendKind(StrEnum):
+    OPENAI = "openai"  # POST {base_url}/chat/completions, GET {base_url}/models
+    ANTHROPIC = "anthropic"  # POST {base_url}/v1/messages, GET {base_url}/v1/models
+
+
+class RemoteBackend(SQLModel, table=True):
+    """An upstream server requests can be routed to (services/remote); its key is never shown."""
+
+    __tablename__ = "remote_backends"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=64, unique=True, index=True)
+    kind: str = Field(sa_type=String(16))  # a BackendKind value
+    # What the kind's SDK takes as base_url: ".../v1" for OpenAI, the root for Anthropic.
+    base_url: str = Field(max_length=512)
+    api_key: str | None = Field(default=None, max_length=512)
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 120.0
+    # The model ids it serves, from its /models (refreshable).
+    models: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    models_refreshed_at: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class RoutingRule(SQLModel, table=True):
+    """A model id or glob pattern -> ordered targets ([{"backend": name | None, "model": id}]);
+    rules are tried by position, the first healthy target serves."""
+
+    __tablename__ = "routing_rules"
+
+    id: int | None = Field(default=None, primary_key=True)
+    pattern: str = Field(max_length=255, unique=True, index=True)
+    targets: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    position: int = 0
+    created_at: datetime = Field(default_factory=utcnow)

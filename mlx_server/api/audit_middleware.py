@@ -84,6 +84,8 @@ class AuditDetails:
     parameters: dict[str, Any] | None = None
     # The API key's name (set by api/key_middleware.py when the request was admitted with a key).
     key_name: str | None = None
+    # The remote backend that answered (services/remote); None when a local model did.
+    backend: str | None = None
     # perf_counter() at the request's arrival: the origin of latency_ms and ttft_ms.
     started: float = field(default_factory=time.perf_counter, repr=False, compare=False)
 
@@ -120,6 +122,7 @@ def audit_stats(details: AuditDetails, stats: CompletionStats) -> None:
     """Copy the generation's figures into the request's audit row (safe to call repeatedly)."""
     details.prompt_tokens = stats.prompt_tokens or None
     details.completion_tokens = stats.completion_tokens
+    details.backend = stats.backend
     if stats.first_token_at is not None and details.ttft_ms is None:
         details.ttft_ms = (stats.first_token_at - details.started) * 1000
 
@@ -285,6 +288,7 @@ class _Exchange:
                 error=error[:_MAX_ERROR_CHARS] if error else None,
                 parameters=details.parameters,
                 key_name=details.key_name,
+                backend=details.backend,
             )
             if self.metrics is not None:  # before the writer thread owns the row
                 self.metrics.observe(row, route_label(self.scope))

@@ -2,7 +2,17 @@
 
 from fastapi import APIRouter
 
-from mlx_server.api.v1 import admin, chat, completions, embeddings, messages, models, speech, transcriptions
+from mlx_server.api.v1 import (
+    admin,
+    backends,
+    chat,
+    completions,
+    embeddings,
+    messages,
+    models,
+    speech,
+    transcriptions,
+)
 
 router = APIRouter()
 router.include_router(models.router)
@@ -13,3 +23,4 @@ router.include_router(embeddings.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)
+router.include_router(backends.router)

@@ -12,6 +12,7 @@ from mlx_server.errors import ModelNotFoundError
 from mlx_server.models.store import get_model, list_models
 from mlx_server.records import ModelRecord
 from mlx_server.schemas.openai import ModelList, ModelObject
+from mlx_server.services.remote.backends import remote_model_ids
 
 
 def _model_object(record: ModelRecord) -> ModelObject:
@@ -19,15 +20,28 @@ def _model_object(record: ModelRecord) -> ModelObject:
     return ModelObject(id=record.id, created=int(record.created_at.timestamp()), owned_by=str(record.source))
 
 
+def _remote_objects(session: Session) -> list[ModelObject]:
+    # owned_by "remote:<backend>": served by a remote backend (services/remote), not this machine.
+    return [
+        ModelObject(
+            id=model_id, created=int(created.timestamp()), owned_by=f"remote:{model_id.split('/')[0]}"
+        )
+        for model_id, created in remote_model_ids(session)
+    ]
+
+
 def list_model_objects(session: Session) -> ModelList:
-    return ModelList(data=[_model_object(r) for r in list_models(session)])
+    return ModelList(data=[_model_object(r) for r in list_models(session)] + _remote_objects(session))
 
 
 def get_model_object(session: Session, model_id: str) -> ModelObject:
     record = get_model(session, model_id)
-    if record is None:
+    if record is not None:
+        return _model_object(record)
+    remote = next((m for m in _remote_objects(session) if m.id == model_id), None)
+    if remote is None:
         raise ModelNotFoundError(model_id)
-    return _model_object(record)
+    return remote
 
 
 def resolve_model(model_id: str) -> str:

@@ -63,6 +63,8 @@ class CompletionStats:
     stop_sequence: str | None = None
     # Prompt tokens whose KV state came from the prompt cache instead of a prefill.
     cached_prompt_tokens: int = 0
+    # The remote backend that generated (services/remote); None when a local model did.
+    backend: str | None = None
 
     @property
     def decode_tokens_per_s(self) -> float | None:

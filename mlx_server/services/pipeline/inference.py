@@ -42,6 +42,7 @@ from mlx_server.services.pipeline.generation import (
 )
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.pipeline.vision import VisionInputs, request_images, vision_inputs
+from mlx_server.services.remote.routing import route_chat
 
 logger = logging.getLogger("mlx_server.inference")
 
@@ -205,6 +206,13 @@ async def generate_chat_completion(
     provides a grammar), and `output_format` constrains the reply to JSON (schema).
     """
     stats = stats if stats is not None else CompletionStats()
+    routed = await route_chat(request, stats, _local_chat_completion)  # rules, remote backends
+    if routed is not None:
+        return EventStream(*routed)
+    return await _local_chat_completion(request, stats)
+
+
+async def _local_chat_completion(request: GenerationRequest, stats: CompletionStats) -> EventStream:
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
