@@ -136,6 +136,20 @@ class SettingOverride(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+class LoraAdapter(SQLModel, table=True):
+    """A LoRA adapter directory (mlx-lm's format) over a local text model, served as the model
+    id "<base_model_id>+<name>" (models/lora.py)."""
+
+    __tablename__ = "lora_adapters"
+
+    id: str = Field(primary_key=True, max_length=255)  # "<base_model_id>+<name>"
+    base_model_id: str = Field(max_length=255, index=True)
+    name: str = Field(max_length=64)
+    path: str
+    size_bytes: int = 0  # adapters.safetensors
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class BackendKind(StrEnum):
     OPENAI = "openai"  # POST {base_url}/chat/completions, GET {base_url}/models
     ANTHROPIC = "anthropic"  # POST {base_url}/v1/messages, GET {base_url}/v1/models

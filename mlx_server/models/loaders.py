@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from mlx_server.models.detection import (
     read_config,
 )
 from mlx_server.models.embedding_profile import EmbeddingProfile
+from mlx_server.models.lora import adapter_bytes, adapter_directory, apply_adapter, find_adapter
 from mlx_server.models.prompt_cache import PromptCache
 from mlx_server.models.speech_profile import SpeechProfile
 from mlx_server.records import ModelCapabilities, ModelRecord
@@ -46,6 +48,8 @@ class ModelSpec:
     capabilities: ModelCapabilities | None
     config: dict[str, Any]
     estimate_bytes: int
+    # A LoRA adapter applied over the weights (models/lora.py; its size is in estimate_bytes).
+    lora: Path | None = None
 
 
 @dataclass(eq=False)
@@ -91,9 +95,12 @@ class LoadedModel:
 def read_spec(model_id: str) -> ModelSpec:
     with Session(get_engine()) as session:
         record = session.get(ModelRecord, model_id)
+        lora = find_adapter(session, model_id) if record is None else None
+        if lora is not None:  # "<base>+<adapter>": the base's files, type and capabilities
+            record = session.get(ModelRecord, lora.base_model_id)
         if record is None:
             raise ModelNotFoundError(model_id)
-        capabilities = session.get(ModelCapabilities, model_id)
+        capabilities = session.get(ModelCapabilities, record.id)
         if capabilities is not None:
             session.expunge(capabilities)
     path = Path(record.path)
@@ -110,6 +117,7 @@ def read_spec(model_id: str) -> ModelSpec:
     if stored_type is None or family is None:
         logger.info("model %s was never probed: detecting its type and family", model_id)
     model_type = stored_type or detect_model_type(path, config)
+    lora_path = adapter_directory(lora, model_type) if lora is not None else None
     return ModelSpec(
         model_id=model_id,
         path=path,
@@ -118,7 +126,9 @@ def read_spec(model_id: str) -> ModelSpec:
         capabilities=capabilities,
         config=config,
         # Only text models load dequantized (cpu_weights.py); the others load as stored.
-        estimate_bytes=loaded_bytes_estimate(path, config, as_text_model=model_type == ModelType.TEXT_GEN),
+        lora=lora_path,
+        estimate_bytes=(adapter_bytes(lora_path) if lora_path else 0)
+        + loaded_bytes_estimate(path, config, as_text_model=model_type == ModelType.TEXT_GEN),
     )
 
 
@@ -141,8 +151,20 @@ def _measured_load(spec: ModelSpec, load: Callable[[str], Any]) -> LoadedModel:
     )
 
 
+def _text_weights(path: str, lora: Path | None) -> tuple[Any, Any]:
+    """The text model's weights (float32 on a fast-BLAS CPU), then its LoRA adapter if any:
+    the adapter's layers wrap the dequantized ones."""
+    model, tokenizer = load_text_model(path)
+    if lora is not None:
+        import mlx.core as mx
+
+        apply_adapter(model, lora)
+        mx.eval(model.parameters())
+    return model, tokenizer
+
+
 def _load_text_model(spec: ModelSpec) -> LoadedModel:
-    loaded = _measured_load(spec, load_text_model)
+    loaded = _measured_load(spec, partial(_text_weights, lora=spec.lora))
     loaded.adapter = create_adapter(spec.family, loaded.tokenizer, spec.capabilities)
     return loaded
 

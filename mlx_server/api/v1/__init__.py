@@ -8,6 +8,7 @@ from mlx_server.api.v1 import (
     chat,
     completions,
     embeddings,
+    lora,
     messages,
     models,
     speech,
@@ -23,4 +24,5 @@ router.include_router(embeddings.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)
+router.include_router(lora.router)
 router.include_router(backends.router)

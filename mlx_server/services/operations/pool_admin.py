@@ -12,6 +12,7 @@ from sqlmodel import Session
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError, ModelNotFoundError
+from mlx_server.models.lora import find_adapter
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import get_model
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
@@ -56,7 +57,7 @@ async def load_model(model_id: str, *, pin: bool) -> dict[str, Any]:
 def _registered(model_id: str) -> None:
     """404 for an id no model has (a typo, a made-up path), rather than 409 "not loaded"."""
     with Session(get_engine()) as session:
-        if get_model(session, model_id) is None:
+        if get_model(session, model_id) is None and find_adapter(session, model_id) is None:
             raise ModelNotFoundError(model_id)
 
 

@@ -9,10 +9,20 @@ from sqlmodel import Session
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import ModelNotFoundError
+from mlx_server.models.lora import find_adapter, list_adapters
 from mlx_server.models.store import get_model, list_models
-from mlx_server.records import ModelRecord
+from mlx_server.records import LoraAdapter, ModelRecord
 from mlx_server.schemas.openai import ModelList, ModelObject
 from mlx_server.services.remote.backends import remote_model_ids
+
+
+def _adapter_object(adapter: LoraAdapter) -> ModelObject:
+    # A LoRA adapter over a local model (models/lora.py), requested by its own id "<base>+<name>".
+    return ModelObject(id=adapter.id, created=int(adapter.created_at.timestamp()), owned_by="lora")
+
+
+def _adapter_objects(session: Session) -> list[ModelObject]:
+    return [_adapter_object(a) for a in list_adapters(session)]
 
 
 def _model_object(record: ModelRecord) -> ModelObject:
@@ -31,11 +41,15 @@ def _remote_objects(session: Session) -> list[ModelObject]:
 
 
 def list_model_objects(session: Session) -> ModelList:
-    return ModelList(data=[_model_object(r) for r in list_models(session)] + _remote_objects(session))
+    local = [_model_object(r) for r in list_models(session)] + _adapter_objects(session)
+    return ModelList(data=local + _remote_objects(session))
 
 
 def get_model_object(session: Session, model_id: str) -> ModelObject:
     record = get_model(session, model_id)
+    adapter = find_adapter(session, model_id) if record is None else None
+    if adapter is not None:
+        return _adapter_object(adapter)
     if record is not None:
         return _model_object(record)
     remote = next((m for m in _remote_objects(session) if m.id == model_id), None)
