@@ -34,6 +34,7 @@ from mlx_server.models.loaders import (
     read_spec,
 )
 from mlx_server.models.prompt_cache import MiB
+from mlx_server.models.prompt_cache_store import restore_entries, save_entries
 from mlx_server.records import ModelCapabilities
 from mlx_server.utils.memory import GB, default_budget_bytes, release_free_heap
 from mlx_server.utils.metal import run_on_metal_thread
@@ -252,6 +253,7 @@ class ModelPoolManager:
             await self._make_room(spec)
             started = time.perf_counter()
             loaded = await run_on_metal_thread(lambda: loader(spec))
+            await run_on_metal_thread(partial(restore_entries, spec, loaded.prompt_cache))
             self._models[model_id] = loaded
             self.load_count += 1
             logger.info(
@@ -311,9 +313,12 @@ class ModelPoolManager:
         # Drop the weights here: an evicted object still referenced elsewhere must not keep them.
         loaded.model = loaded.draft_model = None
         cache = loaded.prompt_cache
+        kept_on_disk = loaded.pinned  # a pinned model's long prefixes outlive the unload
         del loaded
 
         def free() -> None:  # on the MLX thread, where the model's last generation gave its cache back
+            if kept_on_disk:
+                save_entries(model_id, cache)
             cache.clear()
             _free_memory()
 

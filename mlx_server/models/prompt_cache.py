@@ -45,6 +45,9 @@ class PromptCache:
         self.hits = 0
         self.reused_tokens = 0
         self.last_used = time.monotonic()
+        # What the entries were computed with (models/prompt_cache_store.py), set at load:
+        # entries are saved to disk, and read back, only under the same fingerprint.
+        self.fingerprint: str | None = None
 
     @classmethod
     def from_settings(cls) -> PromptCache:
@@ -94,6 +97,29 @@ class PromptCache:
         self._entries.insert_cache(_KEY, tokens[:held], cache)
         if self in _pooled:
             self._keep_group_within_bound()
+
+    def room(self) -> int:
+        """Bytes an entry may still take without evicting any (the group's bound if pooled)."""
+        group = _pooled if self in _pooled else [self]
+        return self.max_bytes - sum(c.nbytes for c in group)
+
+    def restore(self, cache: list[Any], tokens: list[int]) -> bool:
+        """Keep an entry read back from disk if it fits in `room()` (it evicts nothing)."""
+        size = sum(c.nbytes for c in cache)
+        if not tokens or cache[0].offset != len(tokens) or size > self.room():
+            return False
+        self._entries.insert_cache(_KEY, tokens, cache)
+        return True
+
+    def longest_entries(self, min_tokens: int) -> list[tuple[list[int], list[Any]]]:
+        """(tokens, KV cache) of the entries holding at least `min_tokens` tokens, most recently
+        used first. Reads LRUPromptCache's order and trie (mlx-lm is pinned in pyproject)."""
+        order = [tokens for lru in self._entries._lru._lrus.values() for tokens in lru]
+        found = []
+        for model, tokens in reversed(order):
+            if len(tokens) >= min_tokens:
+                found.append((list(tokens), self._entries._trie.get(model, tokens).prompt_cache))
+        return found
 
     def _keep_group_within_bound(self) -> None:
         """The pooled caches together at most `max_bytes`: the other models' caches shed first,
