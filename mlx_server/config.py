@@ -69,17 +69,6 @@ class MLXServerSettings(BaseSettings):
     # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
     metrics_public: bool = False
 
-    # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
-    metrics_public: bool = False
-
-    # Remote backends (services/remote): a backend's circuit opens after this many failures or
-    # timeouts in a row; once open, one request probes it again after the cool-down.
-    remote_breaker_failures: int = Field(default=3, ge=1)
-    remote_breaker_cooldown_seconds: float = Field(default=30, gt=0)
-
-    # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
-    metrics_public: bool = False
-
     # Audit rows older than this are pruned by a scheduled job; 0 keeps them forever.
     audit_retention_days: int = Field(default=30, ge=0)
 
