@@ -54,6 +54,14 @@ class MLXServerSettings(BaseSettings):
     # Generation requests admitted at once (running + waiting for the MLX thread); the next
     # one gets 503 with Retry-After instead of an unbounded queue.
     max_pending_requests: int = Field(default=32, ge=1)
+    # Continuous batching (services/pipeline/batching.py): a text model decodes at most this many
+    # generations in one batched step (the others wait their turn, within max_pending_requests);
+    # per model id in model_batch_sizes, e.g. {"qwen3-8b": 4}.
+    max_batch_size: int = Field(default=8, ge=1)
+    model_batch_sizes: dict[str, int] = Field(default_factory=dict)
+    # Prompts are prefilled in chunks of this many tokens, each step between two decode steps
+    # of the running generations, so a long prompt does not freeze their output.
+    prefill_chunk_tokens: int = Field(default=256, ge=16)
     # Names clients send mapped to local models, by glob pattern, first match wins: e.g.
     # {"claude-sonnet-*": "qwen3-8b", "claude-haiku-*": "qwen3-8b"} so a coding agent's main
     # and sub-agent calls land on one loaded model instead of swapping. An exact id wins.

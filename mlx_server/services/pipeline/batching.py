@@ -1,0 +1,330 @@
+"""Continuous batching of a text model's generations (issue #14: batching and fair prefill).
+
+Every running generation of a model decodes in one batched step of mlx-lm's `BatchGenerator`:
+each sequence keeps its own sampler (its own PRNG key, so `seed` reproduces), logits processors
+(penalties, biases, the grammar), stop tokens and KV cache, and new requests join between
+steps. A step is one job on the MLX thread (`utils/metal.py`), so embeddings, speech and solo
+streams still interleave with it; each step decodes one token for every running sequence and
+prefills at most one chunk (MLX_SERVER_PREFILL_CHUNK_TOKENS) of the prompts waiting to join, so
+a long prompt no longer freezes the others' output, and short prompts arriving together are
+prefilled together. A cancelled request (client gone, timeout) leaves at the next step, also
+in the middle of its prefill.
+
+Threads: `submit` and `cancel` run on the event loop and hand sequences over under a lock; the
+`BatchGenerator` and the KV caches are only touched on the MLX thread, by one `_Run` (one
+`MetalThread.stream`) that lasts while the model has sequences and ends by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import make_prompt_cache
+
+from mlx_server.config import get_settings
+from mlx_server.models.loaders import LoadedModel
+from mlx_server.services.pipeline.sampling import LogitsProcessor, Sampler, make_processors, make_sampler
+from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
+from mlx_server.utils.metal import stream_on_metal_thread
+
+if TYPE_CHECKING:
+    from mlx_server.services.pipeline.constraints import GrammarProcessor
+    from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+
+logger = logging.getLogger("mlx_server.batching")
+
+# Prompts prefilled together at most (within the batch size): their chunks are one batched call.
+PREFILL_BATCH = 8
+
+
+def _greedy(logprobs: mx.array) -> mx.array:
+    return mx.argmax(logprobs, axis=-1)
+
+
+def can_batch(loaded: LoadedModel) -> bool:
+    """Whether the model's KV cache can join a batch (mlx-lm merges caches that know how)."""
+    return all(hasattr(layer, "merge") for layer in make_prompt_cache(loaded.model))
+
+
+def batch_size_for(model_id: str) -> int:
+    settings = get_settings()
+    return settings.model_batch_sizes.get(model_id, settings.max_batch_size)
+
+
+@dataclass(eq=False)
+class BatchedSequence:
+    """One generation in its model's batch. `items` is read on the event loop; the rest is the MLX
+    thread's once the sequence has been handed over."""
+
+    prompt: list[int]
+    params: GenerationParams
+    max_tokens: int
+    constraint: GrammarProcessor | None
+    stats: CompletionStats
+    items: asyncio.Queue[TokenStep | BaseException] = field(default_factory=asyncio.Queue)
+    uid: int = -1
+    detokenizer: Any = None
+    # An error of this sequence's own logits processors (a grammar that lost its way): it ends
+    # this sequence only.
+    error: BaseException | None = None
+
+
+class _Guarded:
+    """A sequence's logits processors as one, catching their errors for that sequence alone:
+    an exception inside the batched step would end every sequence of the batch."""
+
+    def __init__(self, sequence: BatchedSequence, processors: list[LogitsProcessor]) -> None:
+        self.sequence = sequence
+        self.processors = processors
+
+    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
+        if self.sequence.error is None:
+            try:
+                for processor in self.processors:
+                    logits = processor(tokens, logits)
+            except Exception as exc:  # the sequence is removed after this step
+                self.sequence.error = exc
+        return logits
+
+
+Items = list[tuple[BatchedSequence, TokenStep | BaseException]]
+
+
+class _Run:
+    """The MLX thread's side: one BatchGenerator, stepped while it has sequences."""
+
+    def __init__(self, engine: BatchEngine) -> None:
+        self.engine = engine
+        loaded = engine.loaded
+        size = engine.max_batch_size
+        self.generator = BatchGenerator(
+            loaded.model,
+            completion_batch_size=size,
+            prefill_batch_size=min(size, PREFILL_BATCH),
+            prefill_step_size=get_settings().prefill_chunk_tokens,
+        )
+        self.stops = StopSequences([[t] for t in loaded.chat.get_stop_tokens()])
+        self.running: dict[int, BatchedSequence] = {}
+
+    def steps(self) -> Iterator[Items]:
+        try:
+            while True:
+                self._admit()
+                if not self.running:
+                    return
+                items, healthy = self._advance()
+                yield items
+                if not healthy:  # the batch's state is unknown: the next run starts afresh
+                    return
+                self.engine.figures = self._figures()
+        finally:
+            self.engine.figures = {"running": 0, "prefilling": 0, "queued": 0}
+            self.generator.close()
+
+    def _admit(self) -> None:
+        arriving, leaving = self.engine.hand_over()
+        for sequence in arriving:
+            if sequence not in leaving:
+                self._insert(sequence)
+        gone = [s.uid for s in leaving if s.uid in self.running]
+        if gone:
+            kept = self.generator.remove(gone, return_prompt_caches=True)
+            for uid in gone:
+                del self.running[uid]
+            for cache, tokens in kept.values():  # what a cancelled request had already computed
+                self.engine.loaded.prompt_cache.give_back(cache, tokens)
+
+    def _insert(self, sequence: BatchedSequence) -> None:
+        """Join the batch from the longest cached prefix of the prompt."""
+        loaded = self.engine.loaded
+        params = sequence.params
+        cache, reused = loaded.prompt_cache.take(loaded.model, sequence.prompt)
+        sequence.stats.cached_prompt_tokens = reused
+        sequence.detokenizer = detokenizer_for(loaded.tokenizer, params.continuation)
+        sampler: Sampler = _greedy if params.sampling.temperature == 0 else make_sampler(params.sampling)
+        # The grammar goes last: penalties and biases must not revive a token it ruled out.
+        processors = make_processors(params.sampling) + ([sequence.constraint] if sequence.constraint else [])
+        (sequence.uid,) = self.generator.insert(
+            [sequence.prompt[reused:]],
+            max_tokens=[sequence.max_tokens],
+            caches=[cache],
+            all_tokens=[sequence.prompt[:reused]],
+            samplers=[sampler],
+            logits_processors=[[_Guarded(sequence, processors)] if processors else []],
+            stop_sequences=[self.stops],
+        )
+        self.running[sequence.uid] = sequence
+
+    def _advance(self) -> tuple[Items, bool]:
+        """One step: a token for every decoding sequence and a chunk of the waiting prompts;
+        and whether the batch is still sound."""
+        try:
+            _, responses = self.generator.next()
+        except Exception as exc:  # every sequence of the batch ends with the error
+            items: Items = [(sequence, exc) for sequence in self.running.values()]
+            self.running.clear()
+            return items, False
+        items = []
+        failed = [s for s in self.running.values() if s.error is not None]
+        if failed:
+            self.generator.remove([s.uid for s in failed])
+        for sequence in failed:
+            del self.running[sequence.uid]
+            items.append((sequence, sequence.error or RuntimeError("failed")))
+        for response in responses:
+            member = self.running.get(response.uid)
+            if member is None:  # failed above
+                continue
+            items.extend((member, step) for step in self._text(member, response))
+            if response.finish_reason is not None:
+                del self.running[response.uid]
+                self.engine.loaded.prompt_cache.give_back(response.prompt_cache, response.all_tokens)
+        return items, True
+
+    def _text(self, sequence: BatchedSequence, response: Any) -> list[TokenStep]:
+        """The token's text (a stop token has none), and the finish after the last one."""
+        detokenizer = sequence.detokenizer
+        token: int = response.token
+        if response.finish_reason == "stop":  # one of the model's end-of-turn tokens
+            detokenizer.finalize()
+            return [TokenStep(detokenizer.last_segment, None, "stop")]
+        detokenizer.add_token(token)
+        top = sequence.params.top_logprobs
+        logprob = (
+            None
+            if top is None
+            else token_logprob(self.engine.loaded.tokenizer, token, response.logprobs, top)
+        )
+        steps = [TokenStep(detokenizer.last_segment, logprob, None)]
+        if response.finish_reason == "length":
+            detokenizer.finalize()
+            steps.append(TokenStep(detokenizer.last_segment, None, "length"))
+        return steps
+
+    def _figures(self) -> dict[str, int]:
+        generator = self.generator
+        decoding = len(generator._generation_batch)  # mlx-lm exposes no public counts
+        prefilling = len(generator._prompt_batch)
+        return {
+            "running": decoding,
+            "prefilling": prefilling,
+            "queued": len(self.running) - decoding - prefilling,
+        }
+
+
+class BatchEngine:
+    """A model's batch: sequences handed over by the event loop, stepped on the MLX thread."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.max_batch_size = batch_size_for(loaded.model_id)
+        self._lock = threading.Lock()
+        self._arriving: list[BatchedSequence] = []
+        self._leaving: set[BatchedSequence] = set()
+        # Sequences submitted and not yet ended (event loop only): told if the driver fails.
+        self._members: set[BatchedSequence] = set()
+        self._driver: asyncio.Task[None] | None = None
+        self.figures: dict[str, int] = {"running": 0, "prefilling": 0, "queued": 0}
+
+    @property
+    def waiting(self) -> int:
+        """Submitted sequences the MLX thread has not taken yet."""
+        return len(self._arriving)
+
+    def submit(self, sequence: BatchedSequence) -> None:
+        with self._lock:
+            self._arriving.append(sequence)
+        self._members.add(sequence)
+        if self._driver is None:
+            self._driver = asyncio.get_running_loop().create_task(self._drive())
+
+    def end(self, sequence: BatchedSequence, finished: bool) -> None:
+        """The consumer is done with `sequence`; unless it finished, it leaves at the next step."""
+        if sequence not in self._members:
+            return
+        self._members.discard(sequence)
+        if not finished:
+            with self._lock:
+                self._leaving.add(sequence)
+
+    def hand_over(self) -> tuple[list[BatchedSequence], set[BatchedSequence]]:
+        """On the MLX thread: the sequences that arrived and those that left since the last step."""
+        with self._lock:
+            arriving, self._arriving = self._arriving, []
+            leaving, self._leaving = self._leaving, set()
+        return arriving, leaving
+
+    def _fail_members(self, exc: Exception) -> None:
+        for sequence in self._members:
+            sequence.items.put_nowait(exc)
+
+    async def _drive(self) -> None:
+        """Step the batch while it has sequences; a sequence that arrives as a run ends starts
+        the next run."""
+        try:
+            while True:
+                async for items in stream_on_metal_thread(lambda: _Run(self).steps()):
+                    for sequence, item in items:
+                        sequence.items.put_nowait(item)
+                with self._lock:
+                    if not self._arriving:
+                        return
+        except Exception as exc:  # outside a step (a step's own errors arrive as items)
+            logger.exception("the batch of %s failed", self.loaded.model_id)
+            self._fail_members(exc)
+        except asyncio.CancelledError:  # the server is shutting down
+            self._fail_members(RuntimeError("the server stopped"))
+            raise
+        finally:
+            self._driver = None
+            with self._lock:
+                if not self._arriving and _engines.get(id(self.loaded)) is self:
+                    del _engines[id(self.loaded)]
+
+
+# The engines of models with sequences, by LoadedModel identity; an idle engine is dropped.
+_engines: dict[int, BatchEngine] = {}
+
+
+def engine_for(loaded: LoadedModel) -> BatchEngine:
+    engine = _engines.get(id(loaded))
+    if engine is None:
+        engine = _engines[id(loaded)] = BatchEngine(loaded)
+    return engine
+
+
+def batch_figures() -> dict[str, dict[str, int]]:
+    """Per model id: its batch size, and its sequences decoding, prefilling and queued."""
+    figures: dict[str, dict[str, int]] = {}
+    for engine in list(_engines.values()):
+        queued = engine.figures["queued"] + engine.waiting
+        figures[engine.loaded.model_id] = {
+            **engine.figures,
+            "queued": queued,
+            "max_batch_size": engine.max_batch_size,
+        }
+    return figures
+
+
+async def batched_steps(loaded: LoadedModel, sequence: BatchedSequence) -> AsyncGenerator[TokenStep, None]:
+    """The steps of one generation run in its model's batch; closing early leaves the batch."""
+    engine = engine_for(loaded)
+    engine.submit(sequence)
+    finished = False
+    try:
+        while not finished:
+            item = await sequence.items.get()
+            if isinstance(item, BaseException):
+                finished = True
+                raise item
+            finished = item.finish_reason is not None
+            yield item
+    finally:
+        engine.end(sequence, finished)
