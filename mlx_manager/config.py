@@ -22,6 +22,9 @@ class ManagerSettings(BaseSettings):
     require_login: bool = False
     # How long a dashboard login lasts.
     session_hours: float = Field(default=12, gt=0)
+    # How long the dashboard waits for an MCP server to start and list its tools, or to answer
+    # one tool call (services/mcp_tools.py).
+    mcp_timeout_seconds: float = Field(default=15, gt=0)
 
     def server_settings(self) -> MLXServerSettings:
         """Settings for the embedded server: the environment's, on the manager's home and bind

@@ -1,5 +1,5 @@
 """Manager-owned tables: playground conversations and their messages, hub download jobs, the
-dashboard's admin account."""
+dashboard's admin account, MCP servers."""
 
 from __future__ import annotations
 
@@ -99,4 +99,27 @@ class AdminAccount(SQLModel, table=True):
     id: int = Field(default=1, primary_key=True)
     password_hash: str = Field(max_length=255)
     session_secret: str = Field(max_length=64)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class McpTransport(StrEnum):
+    STDIO = "stdio"
+    HTTP = "http"  # streamable HTTP
+
+
+class McpServer(SQLModel, table=True):
+    """An MCP server whose tools the playground's agent loop may call (services/mcp_servers.py).
+    `env` and `headers` values are secrets: stored, never rendered back or logged."""
+
+    __tablename__ = "mcp_servers"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=64, sa_column_kwargs={"unique": True}, index=True)
+    transport: McpTransport = Field(sa_type=String(8))
+    command: str | None = None  # stdio
+    args: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    env: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    url: str | None = None  # streamable HTTP
+    headers: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
