@@ -16,6 +16,7 @@ from mlx_server.models.lora import find_adapter
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import get_model
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
+from mlx_server.services.pipeline.batching import batch_figures, batch_size_for
 from mlx_server.services.pipeline.generation import admission
 from mlx_server.utils.memory import (
     GB,
@@ -32,15 +33,21 @@ def _iso(timestamp: float) -> str:
 
 def pool_status() -> dict[str, Any]:
     status = get_model_pool().status()
+    batches = batch_figures()
     for model in status["models"]:
         model["loaded_at"] = _iso(model["loaded_at"])
         model["last_used"] = _iso(model["last_used"])
+        # Continuous batching: the model's batch size and its generations decoding ("running"),
+        # prefilling and waiting for a place ("queued"); an idle model has none.
+        idle = {"max_batch_size": batch_size_for(model["id"]), "running": 0, "prefilling": 0, "queued": 0}
+        model["batch"] = batches.get(model["id"], idle)
     status["mlx_active_memory_bytes"] = active_memory_bytes()
     status["process_rss_bytes"] = process_rss_bytes()
     # The admission queue: generations running or waiting for the MLX thread, and how many may
     # (MLX_SERVER_MAX_PENDING_REQUESTS); past it a request gets 503 with Retry-After.
     status["pending_requests"] = admission.pending
     status["max_pending_requests"] = get_settings().max_pending_requests
+    status["prefill_chunk_tokens"] = get_settings().prefill_chunk_tokens
     return status
 
 

@@ -49,6 +49,8 @@ def test_pool_table_indicator_and_unload_all(page: TestClient) -> None:
     assert 'class="pool-row" data-model-id="smol"' in html
     assert 'data-testid="prompt-cache">0 entries, 0 B of 512.0 MiB' in html  # nothing generated yet
     assert "(bound 512.0 MiB)" in html  # all models' caches together (MLX_SERVER_PROMPT_CACHE_MB)
+    assert 'data-testid="batch">0 running, 0 prefilling, 0 queued; batch size 8' in html  # idle, the default
+    assert 'data-testid="queue-depth">0 / 32' in html and "chunks of 256 tokens" in html
     indicator = page.get("/server/indicator").text
     assert "1 loaded" in indicator
     done = page.post("/server/unload-all", headers={"HX-Request": "true"})
