@@ -4,7 +4,8 @@ One `ServerMetrics` per app, each with its own registry (never prometheus-client
 so two apps in one process, as in the tests, count apart). Request figures are counted from the
 audit rows as they are recorded (api/audit_middleware.py): every /v1 request is counted once,
 with the same endpoint, model, status, tokens and times as its audit row. Pool, queue and
-prompt-cache figures are read when scraped (`_StateCollector`), never kept twice.
+prompt-cache figures and the remote backends' circuit breakers are read when scraped
+(`_StateCollector`), never kept twice.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from sqlmodel import Session
 
+from mlx_server.database import get_engine
 from mlx_server.models.pool import get_model_pool
 from mlx_server.records import AuditLog
 from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.remote.backends import list_backends
+from mlx_server.services.remote.breaker import BreakerState, breaker
 
 PREFIX = "mlx_server"
 # Seconds. TTFT on a CPU runs from ~50 ms (cached prefix) to minutes (a long prefill).
@@ -63,6 +68,30 @@ class _StateCollector(Collector):
             hits.add_metric([model["id"]], model["prompt_cache"]["hits"])
             reused.add_metric([model["id"]], model["prompt_cache"]["reused_tokens"])
         yield from (sizes, hits, reused)
+        yield from _breaker_families()
+
+
+def _breaker_families() -> Iterable[GaugeMetricFamily]:
+    """Each remote backend's circuit breaker (services/remote/breaker.py): 1 on its state."""
+    with Session(get_engine()) as session:
+        names = [backend.name for backend in list_backends(session)]
+    states = GaugeMetricFamily(
+        f"{PREFIX}_backend_breaker_state",
+        "Circuit breaker of each remote backend: 1 for its current state (closed, open, half-open).",
+        labels=["backend", "state"],
+    )
+    failures = GaugeMetricFamily(
+        f"{PREFIX}_backend_consecutive_failures",
+        "Failures or timeouts in a row of each remote backend (its breaker opens at the limit).",
+        labels=["backend"],
+    )
+    for name in names:
+        circuit = breaker(name)
+        current = circuit.state
+        for state in BreakerState:
+            states.add_metric([name, state.value], 1 if state is current else 0)
+        failures.add_metric([name], circuit.failures)
+    return (states, failures)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -73,7 +102,8 @@ class ServerMetrics:
     """The counters and histograms of one app, and its registry (see the module docstring)."""
 
     def __init__(self, extra_collectors: Iterable[Collector] = ()) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        # auto_describe off: the state collector reads the pool and database only when scraped.
+        self.registry = CollectorRegistry(auto_describe=False)
         registry = self.registry
         self.requests = Counter(
             f"{PREFIX}_requests",

@@ -15,6 +15,7 @@ from mlx_server.main import create_app as create_server_app
 from mlx_server.records import ApiKeyScope
 from mlx_server.services.operations.api_keys import create_api_key
 from tests.mlx_server.api.conftest import standalone_server
+from tests.support import free_port
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 CHAT = "POST /v1/chat/completions"
@@ -101,3 +102,19 @@ def test_metrics_need_an_admin_key_once_keys_exist(session: Session, monkeypatch
     reset_settings()
     with TestClient(create_server_app()) as client:
         scrape(client)
+
+
+def test_breaker_states_of_remote_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLX_SERVER_REMOTE_BREAKER_FAILURES", "1")
+    reset_settings()
+    down = {"name": "down", "kind": "openai", "base_url": f"http://127.0.0.1:{free_port()}/v1"}
+    with TestClient(create_server_app()) as client:
+        assert client.post("/v1/admin/backends?refresh=false", json=down).status_code == 200
+        before = scrape(client)
+        assert value(before, "mlx_server_backend_breaker_state", backend="down", state="closed") == 1
+        assert value(before, "mlx_server_backend_breaker_state", backend="down", state="open") == 0
+        assert client.post("/v1/admin/backends/down/refresh").status_code == 502  # nothing listens
+        after = scrape(client)
+    assert value(after, "mlx_server_backend_breaker_state", backend="down", state="open") == 1
+    assert value(after, "mlx_server_backend_breaker_state", backend="down", state="closed") == 0
+    assert value(after, "mlx_server_backend_consecutive_failures", backend="down") == 1
