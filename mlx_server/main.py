@@ -27,10 +27,12 @@ from mlx_server.observability import configure_tracing
 from mlx_server.services.operations.audit import audit_service
 from mlx_server.services.operations.metrics import ServerMetrics
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
+from mlx_server.services.operations.responses_store import prune_expired_responses
 from mlx_server.services.operations.scheduler import get_scheduler, schedule_every, stop_scheduler
 
 AUDIT_RETENTION_JOB = "audit-retention"
 AUDIT_RETENTION_INTERVAL_S = 3600
+RESPONSES_RETENTION_JOB = "responses-retention"
 POOL_IDLE_JOB = "pool-idle-sweep"
 
 health_router = APIRouter()
@@ -73,6 +75,10 @@ async def server_services() -> AsyncIterator[None]:
     owns_scheduler = not scheduler.running
     schedule_every(
         audit_service.prune_expired, job_id=AUDIT_RETENTION_JOB, seconds=AUDIT_RETENTION_INTERVAL_S
+    )
+    # Stored Responses API responses follow the audit log's retention.
+    schedule_every(
+        prune_expired_responses, job_id=RESPONSES_RETENTION_JOB, seconds=AUDIT_RETENTION_INTERVAL_S
     )
     apply_stored_pool_limits()
     # Always scheduled: the TTL can be changed from the dashboard while the server runs (0 makes

@@ -185,3 +185,21 @@ class RoutingRule(SQLModel, table=True):
     targets: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     position: int = 0
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class StoredResponse(SQLModel, table=True):
+    """A Responses API response saved for `previous_response_id` and GET /v1/responses/{id}
+    (services/operations/responses_store.py); pruned with the audit log's retention."""
+
+    __tablename__ = "responses"
+
+    id: str = Field(primary_key=True, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, index=True)
+    model: str = Field(max_length=255)
+    previous_response_id: str | None = Field(default=None, max_length=64)
+    # The conversation before this request's input (the previous responses' inputs and outputs).
+    history: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # This request's input items, each with its id (GET /v1/responses/{id}/input_items).
+    input_items: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # The response object as it was returned.
+    body: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

@@ -11,6 +11,7 @@ from mlx_server.api.v1 import (
     lora,
     messages,
     models,
+    responses,
     speech,
     transcriptions,
 )
@@ -20,6 +21,7 @@ router.include_router(models.router)
 router.include_router(chat.router)
 router.include_router(completions.router)
 router.include_router(messages.router)
+router.include_router(responses.router)
 router.include_router(embeddings.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
