@@ -78,6 +78,20 @@ from mlx_server.services.operations.generation_defaults import (
     default_max_tokens_setting,
     set_default_max_tokens,
 )
+from mlx_server.services.operations.lora_adapters import (
+    AdapterView,
+    adapter_views,
+    register_adapter,
+    remove_adapter,
+)
+from mlx_server.services.operations.model_options import (
+    KV_BITS,
+    KV_GROUP_SIZES,
+    ModelOptions,
+    draft_candidates,
+    model_options,
+    set_model_options,
+)
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
     load_model,
@@ -119,9 +133,11 @@ from mlx_server.services.remote.backends import (
     delete_rule,
     list_backends,
     list_rules,
+    remote_model_ids,
     save_backend,
     save_rule,
 )
+from mlx_server.services.remote.backends import is_routed as is_routed_model
 from mlx_server.services.remote.backends import public as backend_view
 from mlx_server.services.remote.backends import refresh_models as refresh_backend_models
 from mlx_server.services.speech.synthesis import MAX_INPUT_CHARS as MAX_SPEECH_INPUT_CHARS
@@ -165,10 +181,13 @@ def memory_budget_bytes() -> int:
 
 __all__ = [
     "DEFAULT_HOME",
+    "KV_BITS",
+    "KV_GROUP_SIZES",
     "MAX_DEFAULT_MAX_TOKENS",
     "MAX_RETENTION_DAYS",
     "MAX_SPEECH_INPUT_CHARS",
     "APIError",
+    "AdapterView",
     "ApiKey",
     "ApiKeyError",
     "ApiKeyScope",
@@ -191,6 +210,7 @@ __all__ = [
     "MLXServerSettings",
     "ModelCapabilities",
     "ModelNotFoundError",
+    "ModelOptions",
     "ModelRecord",
     "ModelSource",
     "ModelStoreError",
@@ -220,6 +240,7 @@ __all__ = [
     "Usage",
     "WhisperImportError",
     "__version__",
+    "adapter_views",
     "audit_retention",
     "audit_service",
     "backend_view",
@@ -240,6 +261,7 @@ __all__ = [
     "delete_rule",
     "detect_model_type",
     "distinct_values",
+    "draft_candidates",
     "ensure_default_models",
     "generate_chat_completion",
     "get_engine",
@@ -254,6 +276,7 @@ __all__ = [
     "is_cross_site",
     "is_loopback",
     "is_probe_running",
+    "is_routed_model",
     "iter_batches",
     "key_state",
     "keys_exist",
@@ -266,6 +289,7 @@ __all__ = [
     "lock_home",
     "memory_budget_bytes",
     "metrics_router",
+    "model_options",
     "page_before",
     "pool_limits",
     "pool_state",
@@ -276,6 +300,9 @@ __all__ = [
     "read_chat_template",
     "read_override",
     "refresh_backend_models",
+    "register_adapter",
+    "remote_model_ids",
+    "remove_adapter",
     "reset_pool_limits",
     "revoke_api_key",
     "rows_after",
@@ -284,6 +311,7 @@ __all__ = [
     "server_services",
     "set_audit_retention",
     "set_default_max_tokens",
+    "set_model_options",
     "set_pinned",
     "set_pool_limits",
     "synthesize_speech",

@@ -37,6 +37,12 @@ class ModelRecord(SQLModel, table=True):
     # Where it came from: the GGUF file path, the hub repo id, or the local directory.
     origin: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    # Generation options (services/operations/model_options.py): the id of another local text
+    # model with the same vocabulary that drafts tokens for speculative decoding, and the KV
+    # cache's quantization (4 or 8 bits, None: not quantized; group size None: mlx-lm's 64).
+    draft_model: str | None = Field(default=None, max_length=255)
+    kv_bits: int | None = None
+    kv_group_size: int | None = None
 
 
 class ModelCapabilities(SQLModel, table=True):

@@ -105,6 +105,19 @@ def smollm(smollm_dir: Path) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="session")
+def tiny_draft_dirs(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> dict[str, Path]:
+    """Random two-layer llamas (tests/fixtures/tiny_draft_model.py): "tiny" with SmolLM2's
+    vocabulary, "swapped" with two of its tokens' ids exchanged; ~1 s."""
+    from tests.fixtures.tiny_draft_model import build_tiny_draft_model
+
+    root = tmp_path_factory.mktemp("drafts")
+    return {
+        "tiny": build_tiny_draft_model(root / "tiny", smollm_dir),
+        "swapped": build_tiny_draft_model(root / "swapped", smollm_dir, swap_tokens=True),
+    }
+
+
+@pytest.fixture(scope="session")
 def tiny_tts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-weight KittenTTS directory (tests/fixtures/tiny_tts_model.py), built once."""
     from tests.fixtures.tiny_tts_model import build_tiny_tts_model

@@ -36,6 +36,9 @@ from mlx_server.utils.memory import active_memory_bytes
 
 logger = logging.getLogger("mlx_server.pool")
 
+# mlx-lm's default group size for a quantized KV cache.
+DEFAULT_KV_GROUP_SIZE = 64
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -50,6 +53,17 @@ class ModelSpec:
     estimate_bytes: int
     # A LoRA adapter applied over the weights (models/lora.py; its size is in estimate_bytes).
     lora: Path | None = None
+    # Generation options (records.ModelRecord): the draft model loaded beside this one for
+    # speculative decoding (its estimate is part of `estimate_bytes`), and KV cache quantization.
+    draft: DraftSpec | None = None
+    kv_bits: int | None = None
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    model_id: str
+    path: Path
 
 
 @dataclass(eq=False)
@@ -79,6 +93,15 @@ class LoadedModel:
     # Vision: mlx-vlm's processor (image preprocessing + tokenizer); `tokenizer` wraps its
     # tokenizer the way mlx-lm does, so the text pipeline (templates, parsers) is the same.
     processor: Any = None
+    # Speculative decoding (services/pipeline/speculative.py): the draft's weights live and die
+    # with this model (counted in its size, leased with it); KV cache quantization.
+    draft_id: str | None = None
+    draft_model: Any = None
+    kv_bits: int | None = None
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE
+    # Tokens generated with the draft since the load, and how many of them the draft proposed.
+    speculative_tokens: int = 0
+    draft_tokens: int = 0
 
     @property
     def chat(self) -> ModelAdapter:
@@ -90,6 +113,18 @@ class LoadedModel:
     def context_length(self) -> int | None:
         value = self.config.get("max_position_embeddings") or self.config.get("max_seq_len")
         return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def generation_options(loaded: LoadedModel) -> dict[str, Any]:
+    """The options a loaded model runs with, and its draft's share of the tokens since the load
+    (the pool's status)."""
+    rate = loaded.draft_tokens / loaded.speculative_tokens if loaded.speculative_tokens else None
+    return {
+        "draft_model": loaded.draft_id,
+        "kv_bits": loaded.kv_bits,
+        "kv_group_size": loaded.kv_group_size if loaded.kv_bits else None,
+        "draft_acceptance_rate": round(rate, 4) if rate is not None else None,
+    }
 
 
 def read_spec(model_id: str) -> ModelSpec:
@@ -118,6 +153,8 @@ def read_spec(model_id: str) -> ModelSpec:
         logger.info("model %s was never probed: detecting its type and family", model_id)
     model_type = stored_type or detect_model_type(path, config)
     lora_path = adapter_directory(lora, model_type) if lora is not None else None
+    draft = _draft_spec(record) if model_type == ModelType.TEXT_GEN else None
+    draft_bytes = loaded_bytes_estimate(draft.path, read_config(draft.path)) if draft else 0
     return ModelSpec(
         model_id=model_id,
         path=path,
@@ -128,8 +165,24 @@ def read_spec(model_id: str) -> ModelSpec:
         # Only text models load dequantized (cpu_weights.py); the others load as stored.
         lora=lora_path,
         estimate_bytes=(adapter_bytes(lora_path) if lora_path else 0)
-        + loaded_bytes_estimate(path, config, as_text_model=model_type == ModelType.TEXT_GEN),
+        + loaded_bytes_estimate(path, config, as_text_model=model_type == ModelType.TEXT_GEN)
+        + draft_bytes,
+        draft=draft,
+        kv_bits=record.kv_bits if model_type == ModelType.TEXT_GEN else None,
+        kv_group_size=record.kv_group_size or DEFAULT_KV_GROUP_SIZE,
     )
+
+
+def _draft_spec(record: ModelRecord) -> DraftSpec | None:
+    """The draft set for `record`, if its files are still there (else it loads without one)."""
+    if record.draft_model is None:
+        return None
+    with Session(get_engine()) as session:
+        draft = session.get(ModelRecord, record.draft_model)
+    if draft is None or not (Path(draft.path) / "config.json").is_file():
+        logger.warning("draft model %s of %s is gone: loading without it", record.draft_model, record.id)
+        return None
+    return DraftSpec(draft.id, Path(draft.path))
 
 
 def _measured_load(spec: ModelSpec, load: Callable[[str], Any]) -> LoadedModel:
@@ -166,6 +219,12 @@ def _text_weights(path: str, lora: Path | None) -> tuple[Any, Any]:
 def _load_text_model(spec: ModelSpec) -> LoadedModel:
     loaded = _measured_load(spec, partial(_text_weights, lora=spec.lora))
     loaded.adapter = create_adapter(spec.family, loaded.tokenizer, spec.capabilities)
+    loaded.kv_bits, loaded.kv_group_size = spec.kv_bits, spec.kv_group_size
+    if spec.draft is not None:
+        before = active_memory_bytes()
+        loaded.draft_model, _ = load_text_model(str(spec.draft.path))
+        loaded.draft_id = spec.draft.model_id
+        loaded.size_bytes += max(0, active_memory_bytes() - before)
     return loaded
 
 

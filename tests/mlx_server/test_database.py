@@ -23,7 +23,7 @@ from mlx_server.database import (
     reset_engine,
     upgrade_database,
 )
-from mlx_server.records import ModelRecord, ModelSource
+from mlx_server.records import ModelRecord
 
 
 def _revisions_oldest_first() -> list[str]:
@@ -62,9 +62,13 @@ def test_deleted_database_is_recreated_on_start() -> None:
 def test_database_from_an_older_revision_is_upgraded_on_start_keeping_rows(start: str) -> None:
     upgrade_database(revision=start)
     if start != "base":
-        with Session(get_engine()) as session:
-            session.add(ModelRecord(id="kept", source=ModelSource.LOCAL, path="/models/kept"))
-            session.commit()
+        with get_engine().begin() as connection:  # the columns of the first revision: later ones add more
+            connection.execute(
+                text(
+                    "INSERT INTO models (id, source, path, size_bytes, created_at) "
+                    "VALUES ('kept', 'local', '/models/kept', 0, CURRENT_TIMESTAMP)"
+                )
+            )
     with TestClient(create_app()) as client:
         assert client.get("/health").json()["database"]["status"] == "ok"
     assert current_revision() == head_revision()

@@ -12,6 +12,11 @@ from mlx_server.database import SessionDep
 from mlx_server.errors import APIError
 from mlx_server.records import AuditLog
 from mlx_server.services.operations.audit import MAX_QUERY_LIMIT, audit_service
+from mlx_server.services.operations.model_options import (
+    ModelOptions,
+    model_options,
+    update_model_options,
+)
 from mlx_server.services.operations.pool_admin import load_model, pool_status, set_pinned, unload_model
 
 router = APIRouter(prefix="/admin", tags=["admin"])
@@ -88,6 +93,29 @@ def pin(model_id: str) -> dict[str, Any]:
 @router.post("/models/{model_id:path}/unpin")
 def unpin(model_id: str) -> dict[str, Any]:
     return set_pinned(model_id, False)
+
+
+class ModelOptionsUpdate(BaseModel):
+    """PATCH body: only the fields sent change; null clears one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    draft_model: str | None = Field(default=None, description="A local text model with the same vocabulary")
+    kv_bits: int | None = Field(default=None, description="4 or 8; null: the KV cache is not quantized")
+    kv_group_size: int | None = Field(default=None, description="32, 64 or 128; null: 64")
+
+
+@router.get("/models/{model_id:path}/options")
+def get_model_options(model_id: str) -> ModelOptions:
+    """The model's generation options: its draft model and KV cache quantization."""
+    return model_options(model_id)
+
+
+@router.patch("/models/{model_id:path}/options")
+async def patch_model_options(model_id: str, body: ModelOptionsUpdate) -> ModelOptions:
+    """Set the draft model (speculative decoding) and KV cache quantization; a loaded model
+    reloads with them (409 while it serves requests)."""
+    return await update_model_options(model_id, body.model_dump(exclude_unset=True))
 
 
 @router.post("/models/{model_id:path}/unload")

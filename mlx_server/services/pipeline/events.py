@@ -94,6 +94,10 @@ class Usage:
     cached_prompt_tokens: int = 0
     ttft_s: float | None = None
     decode_tokens_per_s: float | None = None
+    # Speculative decoding: generated tokens the draft model proposed (None: no draft ran),
+    # and their share of the generated tokens.
+    draft_tokens: int | None = None
+    draft_acceptance_rate: float | None = None
 
     @property
     def total_tokens(self) -> int:

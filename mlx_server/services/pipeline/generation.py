@@ -23,6 +23,7 @@ from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.pipeline.constraints import GrammarProcessor
 from mlx_server.services.pipeline.events import FinishReason, TokenLogprob, Usage
 from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
+from mlx_server.services.pipeline.speculative import drafts_for, kv_quantization, speculative_token_stream
 from mlx_server.services.pipeline.stop_strings import StopStringFilter
 from mlx_server.services.pipeline.vision import VisionInputs, text_inputs, vision_token_steps
 from mlx_server.utils.metal import stream_on_metal_thread
@@ -63,8 +64,16 @@ class CompletionStats:
     stop_sequence: str | None = None
     # Prompt tokens whose KV state came from the prompt cache instead of a prefill.
     cached_prompt_tokens: int = 0
+    # Speculative decoding (speculative.py): tokens generated with a draft model, and how many
+    # of them the draft proposed.
+    speculative_tokens: int = 0
+    draft_tokens: int = 0
     # The remote backend that generated (services/remote); None when a local model did.
     backend: str | None = None
+
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        return self.draft_tokens / self.speculative_tokens if self.speculative_tokens else None
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -78,6 +87,8 @@ class CompletionStats:
             cached_prompt_tokens=self.cached_prompt_tokens,
             ttft_s=self.ttft_s,
             decode_tokens_per_s=self.decode_tokens_per_s,
+            draft_tokens=self.draft_tokens if self.speculative_tokens else None,
+            draft_acceptance_rate=self.draft_acceptance_rate,
         )
 
 
@@ -165,6 +176,7 @@ def _token_stream(
     max_tokens: int,
     constraint: GrammarProcessor | None,
     vision: VisionInputs | None,
+    stats: CompletionStats,
 ) -> tuple[Generator[tuple[int, mx.array], None, None], list[Any] | None, int]:
     """(token, logprobs) pairs from mlx-lm's loop (text models, with the prompt cache: the cache
     and the tokens it reused) or mlx-vlm's (vision models: images, no prompt cache)."""
@@ -177,6 +189,8 @@ def _token_stream(
             loaded, inputs, max_tokens=max_tokens, sampler=sampler, logits_processors=processors
         )
         return steps, None, 0
+    if drafts_for(loaded, constraint):  # speculative decoding with the model's draft
+        return speculative_token_stream(loaded, prompt, max_tokens, sampler, processors, figures=stats)
     cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
     tokens = generate_step(
         mx.array(prompt[reused:]),
@@ -185,6 +199,7 @@ def _token_stream(
         sampler=sampler,
         logits_processors=processors,
         prompt_cache=cache,
+        **kv_quantization(loaded),  # the model's kv_bits, if set (speculative.py)
     )
     return tokens, cache, reused
 
@@ -202,7 +217,7 @@ def _steps(
     tokenizer = loaded.tokenizer
     stop_ids = set(loaded.chat.get_stop_tokens())
     detokenizer: Any = _detokenizer(tokenizer, params.continuation)
-    tokens, cache, reused = _token_stream(loaded, prompt, params, max_tokens, constraint, vision)
+    tokens, cache, reused = _token_stream(loaded, prompt, params, max_tokens, constraint, vision, stats)
     stats.cached_prompt_tokens = reused
     fed = list(prompt)  # what the cache has seen (or will have): the prompt, then each token
     failed = False

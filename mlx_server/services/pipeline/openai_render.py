@@ -28,13 +28,19 @@ def new_id(prefix: str) -> str:
 def usage(figures: Usage | None) -> dict[str, Any]:
     prompt = figures.prompt_tokens if figures else 0
     completion = figures.completion_tokens if figures else 0
-    return {
+    shape: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         # The prompt tokens the prefix cache already held (OpenAI's name for it).
         "prompt_tokens_details": {"cached_tokens": figures.cached_prompt_tokens if figures else 0},
     }
+    if figures and figures.draft_tokens is not None:
+        # Speculative decoding: the tokens the draft model proposed that the model kept (OpenAI's
+        # name for the kept tokens of a predicted output), and their share of the completion.
+        shape["completion_tokens_details"] = {"accepted_prediction_tokens": figures.draft_tokens}
+        shape["draft_acceptance_rate"] = figures.draft_acceptance_rate
+    return shape
 
 
 def _token_entry(token: str, logprob: float) -> dict[str, Any]:
