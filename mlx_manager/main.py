@@ -22,6 +22,7 @@ from mlx_manager.routers import (
     hub,
     keys,
     login,
+    lora_adapters,
     models,
     pages,
     server,
@@ -88,6 +89,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
             keys,
             backends,
             login,
+            lora_adapters,
         )
     ]
     for router in (health_router, *page_routers, settings_router):
