@@ -42,15 +42,24 @@ def store_dir(model_id: str) -> Path:
     return get_settings().home_dir / "prompt-cache" / name
 
 
+def _files(path: Path | None) -> list[tuple[str, int, int]]:
+    """Name, size and modification time of the file at `path` or of the files in it."""
+    if path is None:
+        return []
+    files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file()]
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+
+
 def fingerprint(spec: ModelSpec) -> str:
-    """What a KV cache depends on: the model's files (names, sizes, modification times), how it
-    is loaded (its estimate differs between float32 and as stored; KV quantization) and mlx-lm."""
-    files = sorted(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in spec.path.iterdir() if p.is_file()
-    )
+    """What a KV cache depends on: the files (names, sizes, modification times) of the model and
+    of its LoRA adapter, its draft model (a model with a draft keeps the draft's layers in the
+    same entries, speculative.py), how it is loaded (its estimate differs between float32 and as
+    stored; KV quantization) and mlx-lm."""
     described = {
         "model": spec.model_id,
-        "files": files,
+        "files": _files(spec.path),
+        "lora": _files(spec.lora),
+        "draft": [spec.draft.model_id, _files(spec.draft.path)] if spec.draft else None,
         "estimate_bytes": spec.estimate_bytes,
         "kv_bits": spec.kv_bits,
         "kv_group_size": spec.kv_group_size,
@@ -110,7 +119,11 @@ def restore_entries(spec: ModelSpec, cache: PromptCache) -> int:
     recently used first while they fit in the cache's room; returns how many came back."""
     if spec.model_type is not ModelType.TEXT_GEN:  # only text models keep a prompt cache
         return 0
-    cache.fingerprint = fingerprint(spec)
+    try:
+        cache.fingerprint = fingerprint(spec)
+    except OSError as exc:  # the files went away under a loaded model: nothing to save or read
+        logger.warning("no prompt cache persistence for %s: %s", spec.model_id, exc)
+        return 0
     directory = store_dir(spec.model_id)
     if get_settings().prompt_cache_persist_min_tokens <= 0 or not directory.is_dir():
         return 0
