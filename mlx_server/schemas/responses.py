@@ -47,9 +47,27 @@ class InputImage(_Item):
     detail: Literal["low", "high", "auto", "original"] | None = None
 
 
+PART_TYPES = ("input_text", "input_image", "output_text", "refusal")
+
+
+def _part_type(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in PART_TYPES else None
+
+
 ContentPart = Annotated[
-    InputText | OutputText | Refusal | InputImage,
-    Field(discriminator="type"),
+    Annotated[InputText, Tag("input_text")]
+    | Annotated[InputImage, Tag("input_image")]
+    | Annotated[OutputText, Tag("output_text")]
+    | Annotated[Refusal, Tag("refusal")],
+    Discriminator(
+        _part_type,
+        custom_error_type="invalid_content_type",
+        custom_error_message=(
+            "unknown content part type; a part is input_text, input_image, output_text or refusal "
+            "(input_file needs OpenAI's file store)"
+        ),
+    ),
 ]
 
 

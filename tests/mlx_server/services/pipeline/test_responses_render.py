@@ -187,3 +187,23 @@ def test_reasoning_effort_switches_the_templates_thinking() -> None:
         ).thinking_toggle
 
     assert (toggle(None), toggle({"effort": "none"}), toggle({"effort": "high"})) == (None, False, True)
+
+
+def test_an_input_image_becomes_the_pipelines_image_part() -> None:
+    url = "data:image/png;base64,iVBORw0KGgo="
+    content = [
+        {"type": "input_text", "text": "What is this?"},
+        {"type": "input_image", "image_url": url, "detail": "low"},
+    ]
+    body = ResponseRequest.model_validate({"model": "m", "input": [{"role": "user", "content": content}]})
+    request = responses_to_internal(body, "m", [], input_items(body))
+    assert request.messages == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What is this?"},
+                {"type": "image_url", "image_url": {"url": url, "detail": "low"}},
+            ],
+        }
+    ]
+    assert [(image.url, image.detail) for image in request.images] == [(url, "low")]
