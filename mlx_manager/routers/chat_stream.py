@@ -40,7 +40,7 @@ from mlx_manager.services.forms import FormError
 from mlx_manager.services.jobs import JobRunning
 from mlx_manager.web.chat_pages import chat_response, thread_html, turn_html
 from mlx_manager.web.templating import wants_fragment
-from mlx_server.facade import get_engine, get_model
+from mlx_server.facade import get_engine, get_model, remote_model_ids
 
 router = APIRouter(prefix="/chat")
 
@@ -179,9 +179,10 @@ def _composer(
     options = options_from_form(form)
     model_id = _text(form, "model_id")
     record = get_model(session, model_id)
-    if record is None:
+    remote = record is None and model_id in {m for m, _ in remote_model_ids(session)}
+    if record is None and not remote:
         raise FormError(f"There is no model {model_id!r}; pick one from the list.")
-    if uploads and not vision_model_ids(session, [record]):
+    if uploads and (record is None or not vision_model_ids(session, [record])):
         raise FormError(
             f"The model {model_id} reads text only, not images: pick a vision model or remove the images."
         )

@@ -40,6 +40,7 @@ from mlx_server.facade import (
     ToolCallRejected,
     generate_chat_completion,
     get_engine,
+    is_routed_model,
     load_model,
     pool_state,
 )
@@ -90,7 +91,7 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
 
 
 async def _loaded(job: ChatJob, model_id: str) -> bool:
-    if pool_state(model_id).loaded:
+    if pool_state(model_id).loaded or is_routed_model(model_id):  # a remote backend may serve it
         return True
     job.say(f"Loading {model_id}…")
     started = time.perf_counter()

@@ -23,7 +23,7 @@ from mlx_manager.services.conversations import (
 )
 from mlx_manager.services.embeddings_panel import embedding_models
 from mlx_manager.services.presets import list_presets
-from mlx_server.facade import ModelRecord, list_models, read_chat_template
+from mlx_server.facade import ModelRecord, list_models, read_chat_template, remote_model_ids
 
 
 def page_context(session: Session, conversation: Conversation | None) -> dict[str, Any]:
@@ -31,10 +31,12 @@ def page_context(session: Session, conversation: Conversation | None) -> dict[st
     embedding = set(embedding_models(session))  # served by the Embeddings panel, not chat
     audio = VoiceModels.of(session).audio  # speech models have the mic and read-aloud buttons
     models = [m for m in list_models(session) if m.id not in embedding and m.id not in audio]
-    shown = conversation or fresh_conversation(session, [m.id for m in models])
+    remote = [model_id for model_id, _ in remote_model_ids(session)]  # served by remote backends
+    shown = conversation or fresh_conversation(session, [m.id for m in models] + remote)
     return {
         "conversations": list_conversations(session),
         "models": models,
+        "remote_models": remote,
         "vision_models": vision_model_ids(session, models),
         "thinking_toggle": _thinking_toggle(models, shown),
         "options": ChatOptions.from_stored(shown.parameters),

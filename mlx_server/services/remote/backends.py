@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel, Field, field_validator
 from sqlmodel import Session, col, select
 
+from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend, RoutingRule, utcnow
 from mlx_server.services.remote.breaker import breaker, forget_breaker
@@ -181,3 +182,9 @@ def route_targets(session: Session, model_id: str) -> list[Target] | None:
     if model and session.exec(select(RemoteBackend.id).where(RemoteBackend.name == name)).first():
         return [Target(backend=name, model=model)]
     return None
+
+
+def is_routed(model_id: str) -> bool:
+    """Whether a rule or a backend decides where requests for `model_id` go."""
+    with Session(get_engine()) as session:
+        return route_targets(session, model_id) is not None

@@ -23,9 +23,13 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionToolParam
+from sqlmodel import Session
 
+from mlx_manager.records import MessageStatus
+from mlx_manager.services.conversations import messages_of
+from mlx_server.database import get_engine
 from tests.mlx_server.api.conftest import register_models
-from tests.support import free_port
+from tests.support import csrf_headers, free_port
 
 MLX_SERVER = Path(sys.executable).parent / "mlx-server"
 SMOL = "smol"
@@ -162,12 +166,36 @@ def test_remote_model_is_listed_and_answered_by_the_second_server(app: str, seco
     )
     assert message.content[0].type == "text" and message.usage.output_tokens == 4
 
+    assert _playground_reply(app, "mac2/smol")
+
     after = second.generations()
     remote_rows = after[: len(after) - before]
-    assert [r["model"] for r in remote_rows] == [SMOL] * 3 and all(r["status"] == 200 for r in remote_rows)
+    assert [r["model"] for r in remote_rows] == [SMOL] * 4 and all(r["status"] == 200 for r in remote_rows)
     ours = [r for r in _generations(app) if r["model"] == "mac2/smol"]
     assert [r["backend"] for r in ours] == ["mac2"] * 3
     assert all(r["ttft_ms"] and r["completion_tokens"] for r in ours)
+
+
+def _playground_reply(app: str, model: str) -> str:
+    """A playground turn with `model` (picked from the chat page), its stored reply once done."""
+    with httpx.Client(base_url=app, timeout=30) as page:
+        assert f'<option value="{model}" >{model} (remote)</option>' in page.get("/chat").text.replace(
+            "  ", " "
+        )
+        models_page = page.get("/models").text
+        assert f'<code>{model}</code> <span class="badge">remote</span>' in models_page
+        form = {"model_id": model, "temperature": "0", "max_tokens": "4", "content": "Say hi."}
+        sent = page.post("/chat/send", data=form, headers=csrf_headers(page), follow_redirects=False)
+        assert sent.status_code == 303, sent.text
+        conversation = int(sent.headers["location"].rsplit("/", 1)[1])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with Session(get_engine()) as session:
+            reply = next((m for m in messages_of(session, conversation) if m.role == "assistant"), None)
+        if reply is not None and reply.status == MessageStatus.DONE:
+            return reply.content
+        time.sleep(0.2)
+    raise AssertionError(f"no finished playground reply: {reply}")
 
 
 def test_an_anthropic_kind_backend_is_reached_through_the_messages_api(
