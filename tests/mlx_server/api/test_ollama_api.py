@@ -4,6 +4,8 @@ rows on the apps in this process."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +18,7 @@ import ollama
 import pytest
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
+from PIL import Image
 from sqlmodel import Session, select
 
 from mlx_server.database import get_engine
@@ -27,8 +30,18 @@ from tests.mlx_server.api.conftest import standalone_server
 from tests.support import ServerProcess
 
 SMOL = DEFAULT_MODEL_ID
+VISION = "tiny-vl"
 GREEDY = {"temperature": 0, "num_predict": 8}
 HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+def _png(color: tuple[int, int, int]) -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (112, 112), color).save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+RED_PNG = _png((220, 30, 30))
 
 
 @pytest.fixture
@@ -58,6 +71,15 @@ def test_generate_continues_a_raw_prompt_and_answers_a_templated_one(client: oll
     assert raw.done and raw.response and (raw.eval_count or 0) <= 8
     streamed = list(client.generate(model=f"{SMOL}:latest", prompt="Say hello.", options=GREEDY, stream=True))
     assert streamed[-1].done and "".join(c.response or "" for c in streamed).strip()
+
+
+def test_a_request_without_stream_gets_ndjson_as_from_ollama(inference_server: ServerProcess) -> None:
+    body = {"model": SMOL, "prompt": "Say hello.", "options": {"num_predict": 3}}
+    response = httpx.post(f"{inference_server.url}/api/generate", json=body, timeout=300)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/x-ndjson"
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert [line["done"] for line in lines] == [False] * (len(lines) - 1) + [True]
+    assert lines[-1]["eval_count"] <= 3 and lines[-1]["total_duration"] > 0
 
 
 def test_list_show_and_ps_describe_the_models(client: ollama.Client) -> None:
@@ -149,6 +171,9 @@ def test_bad_requests_get_clear_errors_in_ollama_shape(
     with pytest.raises(ollama.ResponseError, match="keep_alive 'soon' is not a duration") as keep_alive:
         client.generate(model=SMOL, prompt="hi", keep_alive="soon")
     assert keep_alive.value.status_code == 400
+    with pytest.raises(ollama.ResponseError, match="cannot read images") as image:
+        client.chat(model=SMOL, messages=[{"role": "user", "content": "What is it?", "images": [RED_PNG]}])
+    assert image.value.status_code == 400
     response = httpx.post(
         f"{inference_server.url}/api/chat",
         content=b'{"model": "x",',
@@ -209,3 +234,16 @@ def test_the_manager_serves_the_api_at_api_with_the_same_guard(home: Path) -> No
         assert (
             app.post("/api/show", json={"name": "nope"}).json()["error"].startswith("model 'nope' not found")
         )
+
+
+def test_images_reach_a_vision_model(home: Path, tiny_vision_dir: Path) -> None:
+    """Ollama's base64 images on the tiny random-weight Qwen2.5-VL: 112x112 pixels are 16 image
+    tokens plus the two vision markers."""
+    question = {"role": "user", "content": "What colour is it?"}
+    body = {"model": VISION, "stream": False, "options": {"temperature": 0, "num_predict": 3}}
+    with standalone_server({VISION: tiny_vision_dir}) as app:
+        text_only = app.post("/api/chat", json={**body, "messages": [question]}).json()
+        with_image = app.post(
+            "/api/chat", json={**body, "messages": [{**question, "images": [RED_PNG]}]}
+        ).json()
+    assert with_image["done"] and with_image["prompt_eval_count"] == text_only["prompt_eval_count"] + 18
