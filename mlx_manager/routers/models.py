@@ -17,13 +17,15 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from mlx_manager.deps import SessionDep
 from mlx_manager.services.downloads import get_download_manager
 from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort, SearchType, search_results
-from mlx_manager.services.local_models import delete_model, disk_usage, local_model, local_models
+from mlx_manager.services.local_models import LocalModel, delete_model, disk_usage, local_model, local_models
+from mlx_manager.services.model_options_form import options_view, save_options_form
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs, start_probe
 from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.facade import (
     APIError,
     GGUFImportError,
     ModelStoreError,
+    adapter_views,
     get_engine,
     get_model,
     get_server_settings,
@@ -198,10 +200,51 @@ async def probe_events(request: Request, session: SessionDep, model_id: str) -> 
     return EventSourceResponse(events(), ping=PROBE_EVENT_SECONDS)
 
 
-@router.get("/{model_id:path}", response_class=HTMLResponse)
-def model_detail(request: Request, session: SessionDep, model_id: str) -> HTMLResponse:
-    """What the probe found (or is finding) for one model; re-probe from here."""
+def _detail(request: Request, model: LocalModel, *, status: int = 200, **context: Any) -> HTMLResponse:
+    """The model page, or its options section for htmx; text models have generation options."""
+    view = options_view(model.id) if model.model_type == "text-gen" else None
+    return render(
+        request,
+        "model_detail.html",
+        "partials/model_options.html",
+        status_code=status,
+        model=model,
+        job=get_probe_jobs().get(model.id),
+        view=view,
+        # LoRA adapters over a text model (routers/lora_adapters.py).
+        adapters=adapter_views(model.id) if model.model_type == "text-gen" else None,
+        base_model=model.id,
+        **context,
+    )
+
+
+@router.post("/{model_id:path}/options", response_class=HTMLResponse)
+async def save_options(
+    request: Request,
+    session: SessionDep,
+    model_id: str,
+    draft_model: Annotated[str, Form(max_length=255)] = "",
+    kv_bits: Annotated[str, Form(max_length=8)] = "",
+    kv_group_size: Annotated[str, Form(max_length=8)] = "",
+) -> Response:
+    """The draft model and KV cache quantization (a loaded model reloads with them)."""
     model = local_model(session, model_id)
     if model is None:
         return _page(request, session, error=_missing(model_id), status=404)
-    return render(request, "model_detail.html", model=model, job=get_probe_jobs().get(model_id))
+    try:
+        fields = {"draft_model": draft_model, "kv_bits": kv_bits, "kv_group_size": kv_group_size}
+        message = await save_options_form(model_id, **fields)
+    except (APIError, ValueError) as exc:
+        return _detail(request, model, status=400, error=getattr(exc, "message", str(exc)))
+    if not wants_fragment(request):
+        return RedirectResponse(f"/models/{model_id}", status_code=303)
+    return _detail(request, local_model(session, model_id) or model, message=message)
+
+
+@router.get("/{model_id:path}", response_class=HTMLResponse)
+def model_detail(request: Request, session: SessionDep, model_id: str) -> HTMLResponse:
+    """What the probe found (or is finding) for one model; re-probe and set options from here."""
+    model = local_model(session, model_id)
+    if model is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    return _detail(request, model)
