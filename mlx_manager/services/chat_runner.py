@@ -190,6 +190,10 @@ def _store(session: Session, reply: Reply) -> None:
     save_message(session, reply.message)
 
 
+def _rounded(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
 def _finish(
     session: Session, reply: Reply, stats: CompletionStats, started: float, status: MessageStatus
 ) -> None:
@@ -203,6 +207,8 @@ def _finish(
     message.stats = {
         "ttft_s": round(stats.ttft_s, 3) if stats.ttft_s is not None else None,
         "tokens_per_s": round(stats.decode_tokens_per_s, 2) if stats.decode_tokens_per_s else None,
+        # Speculative decoding: the draft model's share of the generated tokens (None: no draft).
+        "draft_acceptance_rate": _rounded(stats.draft_acceptance_rate, 3),
         "prompt_tokens": stats.prompt_tokens,
         "completion_tokens": stats.completion_tokens,
         "total_s": round(time.perf_counter() - started, 2),
