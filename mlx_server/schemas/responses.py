@@ -47,12 +47,17 @@ class InputImage(_Item):
     detail: Literal["low", "high", "auto", "original"] | None = None
 
 
-PART_TYPES = ("input_text", "input_image", "output_text", "refusal")
+def _by_type(kinds: tuple[str, ...], error_type: str, message: str) -> Discriminator:
+    """Picks a union member by the value's `type` (a bare {"role", "content"} is a message,
+    OpenAI's "easy" form); any other type is one clear error, not one per member."""
 
+    def kind_of(value: Any) -> str | None:
+        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        if kind is None and isinstance(value, dict) and "role" in value:
+            kind = "message"
+        return kind if kind in kinds else None
 
-def _part_type(value: Any) -> str | None:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if kind in PART_TYPES else None
+    return Discriminator(kind_of, custom_error_type=error_type, custom_error_message=message)
 
 
 ContentPart = Annotated[
@@ -60,13 +65,11 @@ ContentPart = Annotated[
     | Annotated[InputImage, Tag("input_image")]
     | Annotated[OutputText, Tag("output_text")]
     | Annotated[Refusal, Tag("refusal")],
-    Discriminator(
-        _part_type,
-        custom_error_type="invalid_content_type",
-        custom_error_message=(
-            "unknown content part type; a part is input_text, input_image, output_text or refusal "
-            "(input_file needs OpenAI's file store)"
-        ),
+    _by_type(
+        ("input_text", "input_image", "output_text", "refusal"),
+        "invalid_content_type",
+        "unknown content part type; a part is input_text, input_image, output_text or refusal "
+        "(input_file needs OpenAI's file store)",
     ),
 ]
 
@@ -104,27 +107,16 @@ class ReasoningItem(_Item):
     summary: list[SummaryText] = Field(default_factory=list)
 
 
-def _item_type(value: Any) -> str | None:
-    """An item's `type`; a bare {"role", "content"} is a message (OpenAI's "easy" form)."""
-    if isinstance(value, dict):
-        kind = value.get("type", "message" if "role" in value else None)
-        return kind if kind in ITEM_TYPES else None
-    kind = getattr(value, "type", None)
-    return kind if kind in ITEM_TYPES else None
-
-
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")],
-    Discriminator(
-        _item_type,
-        custom_error_type="invalid_item_type",
-        custom_error_message=(
-            "unknown input item type; an item is a message (role and content), "
-            "function_call, function_call_output or reasoning"
-        ),
+    _by_type(
+        ITEM_TYPES,
+        "invalid_item_type",
+        "unknown input item type; an item is a message (role and content), "
+        "function_call, function_call_output or reasoning",
     ),
 ]
 
