@@ -22,7 +22,8 @@ def _adapter_object(adapter: LoraAdapter) -> ModelObject:
 
 
 def _adapter_objects(session: Session) -> list[ModelObject]:
-    return [_adapter_object(a) for a in list_adapters(session)]
+    # Only over a base that still exists (deleting a model leaves its adapters unservable).
+    return [_adapter_object(a) for a in list_adapters(session) if get_model(session, a.base_model_id)]
 
 
 def _model_object(record: ModelRecord) -> ModelObject:
@@ -48,7 +49,7 @@ def list_model_objects(session: Session) -> ModelList:
 def get_model_object(session: Session, model_id: str) -> ModelObject:
     record = get_model(session, model_id)
     adapter = find_adapter(session, model_id) if record is None else None
-    if adapter is not None:
+    if adapter is not None and get_model(session, adapter.base_model_id) is not None:
         return _adapter_object(adapter)
     if record is not None:
         return _model_object(record)
