@@ -139,7 +139,8 @@ async def embed(body: OllamaEmbedRequest, request: Request) -> dict[str, Any]:
     model = details.model = ollama_model(body.model)
     keep_alive = parse_keep_alive(body.keep_alive)
     items = input_list(body.input)
-    details.parameters = {"input_count": len(items), "truncate": body.truncate, "dimensions": body.dimensions}
+    details.parameters = body.model_dump(include={"truncate", "dimensions"}, exclude_none=True)
+    details.parameters["input_count"] = len(items)
     clock = RequestClock(started=details.started)
     await warm(model, ModelType.EMBEDDINGS)
     clock.mark_ready()

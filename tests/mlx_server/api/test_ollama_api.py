@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +55,7 @@ def client(inference_server: ServerProcess) -> ollama.Client:
 
 
 def test_chat_streamed_and_whole_give_the_same_greedy_reply(client: ollama.Client) -> None:
+    started = datetime.now(UTC)
     whole = client.chat(model=SMOL, messages=HELLO, options=GREEDY)
     assert whole.done and whole.done_reason in ("stop", "length")
     assert whole.message.role == "assistant" and whole.message.content
@@ -64,6 +66,25 @@ def test_chat_streamed_and_whole_give_the_same_greedy_reply(client: ollama.Clien
     assert [c.done for c in chunks] == [False] * (len(chunks) - 1) + [True]
     assert "".join(c.message.content or "" for c in chunks) == whole.message.content
     assert chunks[-1].eval_count == whole.eval_count and chunks[-1].done_reason == whole.done_reason
+    rows = _audit_rows(client, "POST /api/chat", started, 2)
+    assert [(r["protocol"], r["stream"], r["model"]) for r in rows] == [
+        ("ollama", True, SMOL),
+        ("ollama", False, SMOL),
+    ]
+    assert {r["completion_tokens"] for r in rows} == {whole.eval_count} and rows[0]["ttft_ms"] > 0
+    assert rows[0]["parameters"] == {"temperature": 0.0, "num_predict": 8}
+
+
+def _audit_rows(client: ollama.Client, endpoint: str, since: datetime, count: int) -> list[dict[str, Any]]:
+    """The audit rows of `endpoint` since `since`, newest first, once there are `count` of them
+    (a background thread writes them)."""
+    query = {"endpoint": endpoint, "since": since.isoformat()}
+    deadline = time.monotonic() + 10
+    while True:
+        rows: list[dict[str, Any]] = client._client.get("/v1/admin/audit", params=query).json()["data"]
+        if len(rows) >= count or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
 
 
 def test_generate_continues_a_raw_prompt_and_answers_a_templated_one(client: ollama.Client) -> None:
