@@ -54,6 +54,7 @@ bench: install-dev
 	$(BIN)/python -m mlx_server.benchmark.concurrency --tokens 64 --runs 3 --rounds 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.stress --clients 50 --seconds 120 --max_pending 16 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.embeddings --runs 3 --write docs/benchmarks.md
+	$(BIN)/python -m mlx_server.benchmark.remote --tokens 128 --runs 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.transcription --runs 2 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.images --runs 5 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_manager.benchmark.dashboard_pages --write docs/benchmarks.md

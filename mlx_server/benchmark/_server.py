@@ -92,6 +92,19 @@ def running_server(home: Path, settings: dict[str, str] | None = None) -> Iterat
 
 
 @contextmanager
+def running_standalone(home: Path) -> Iterator[str]:
+    """The standalone `mlx-server` on `home` (nothing imported: an empty home serves no model
+    until one is registered or a remote backend is added); yields the base URL."""
+    port = free_port()
+    executable = Path(sys.executable).parent / "mlx-server"
+    env = {**os.environ, "MLX_SERVER_HOME": str(home)}
+    env.pop("MLX_MANAGER_HOME", None)
+    home.mkdir(parents=True, exist_ok=True)
+    with _serving([str(executable), "--port", str(port)], env, home / "serve.log", port) as url:
+        yield url
+
+
+@contextmanager
 def running_mlx_lm_server(model_dir: Path, log: Path) -> Iterator[str]:
     """mlx-lm's own `mlx_lm.server` (this venv's) on `model_dir`, the reference; requests name
     the model "default_model". Yields the base URL."""
