@@ -116,11 +116,13 @@ class _Run:
     def steps(self) -> Iterator[Items]:
         try:
             while True:
-                self._admit()
+                refused = self._admit()
                 if not self.running:
+                    if refused:
+                        yield refused
                     return
                 items, healthy = self._advance()
-                yield items
+                yield refused + items
                 if not healthy:  # the batch's state is unknown: the next run starts afresh
                     return
                 self.engine.figures = self._figures()
@@ -128,18 +130,27 @@ class _Run:
             self.engine.figures = {"running": 0, "prefilling": 0, "queued": 0}
             self.generator.close()
 
-    def _admit(self) -> None:
+    def _admit(self) -> Items:
+        """Insert the sequences that arrived, remove those that left; an insert that fails
+        ends its own sequence only."""
         arriving, leaving = self.engine.hand_over()
+        refused: Items = []
         for sequence in arriving:
-            if sequence not in leaving:
+            if sequence in leaving:
+                continue
+            try:
                 self._insert(sequence)
-        gone = [s.uid for s in leaving if s.uid in self.running]
+            except Exception as exc:
+                refused.append((sequence, exc))
+        # By identity: uids start again at 0 in every run, and a sequence of an earlier run may leave.
+        gone = [s.uid for s in leaving if self.running.get(s.uid) is s]
         if gone:
             kept = self.generator.remove(gone, return_prompt_caches=True)
             for uid in gone:
                 del self.running[uid]
             for cache, tokens in kept.values():  # what a cancelled request had already computed
                 self.engine.loaded.prompt_cache.give_back(cache, tokens)
+        return refused
 
     def _insert(self, sequence: BatchedSequence) -> None:
         """Join the batch from the longest cached prefix of the prompt."""

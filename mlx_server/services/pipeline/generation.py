@@ -1,8 +1,12 @@
 """Token generation on the MLX thread, as a stream of text deltas.
 
-One loop for every protocol: mlx-lm's `generate_step` with our sampler, the adapter's stop
-tokens, per-token logprobs on request, and stop strings held back until they can no longer
-match. Admission control bounds how many generations wait for the MLX thread.
+One seam for every protocol (`generate_text`): a text model's generations decode together in its
+continuous batch (batching.py); what cannot batch (`runs_solo`: vision models, a draft model
+or kv_bits, caches that cannot merge) runs its own mlx-lm `generate_step` (or mlx-vlm,
+speculative.py) loop, one token per job. Both
+use our sampler, the adapter's stop tokens and per-token logprobs on request; stop strings are
+held back here until they can no longer match. Admission control bounds how many generations
+wait for the MLX thread.
 """
 
 from __future__ import annotations
@@ -14,17 +18,23 @@ from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step
-from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, SPMStreamingDetokenizer
 
 from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
+from mlx_server.services.pipeline.batching import BatchedSequence, batched_steps, can_batch
 from mlx_server.services.pipeline.constraints import GrammarProcessor
 from mlx_server.services.pipeline.events import FinishReason, TokenLogprob, Usage
 from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
-from mlx_server.services.pipeline.speculative import drafts_for, kv_quantization, speculative_token_stream
+from mlx_server.services.pipeline.speculative import (
+    drafts_for,
+    kv_quantization,
+    speculative_token_stream,
+    uses_generation_options,
+)
 from mlx_server.services.pipeline.stop_strings import StopStringFilter
+from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
 from mlx_server.services.pipeline.vision import VisionInputs, text_inputs, vision_token_steps
 from mlx_server.utils.metal import stream_on_metal_thread
 
@@ -102,30 +112,6 @@ class GeneratedText:
     finish_reason: FinishReason | None = None
 
 
-class _UntrimmedBPEDetokenizer(BPEStreamingDetokenizer):  # type: ignore[misc]  # mlx-lm is untyped
-    """mlx-lm's BPE detokenizer drops the first token's leading space, right for a chat reply
-    but wrong for a continuation ("The capital is" + " Paris")."""
-
-    def _maybe_trim_space(self, current_text: str) -> str:
-        return current_text
-
-
-def _detokenizer(tokenizer: object, continuation: bool) -> object:
-    detokenizer = tokenizer.detokenizer  # type: ignore[attr-defined]  # a fresh copy per call
-    if continuation and type(detokenizer) is BPEStreamingDetokenizer:
-        detokenizer.__class__ = _UntrimmedBPEDetokenizer
-    elif continuation and isinstance(detokenizer, SPMStreamingDetokenizer):
-        detokenizer.trim_space = False
-    return detokenizer
-
-
-@dataclass(frozen=True)
-class _Step:
-    text: str
-    logprob: TokenLogprob | None
-    finish_reason: FinishReason | None
-
-
 class Admission:
     """Bounds the generations admitted at once; the next one is told to retry (503).
 
@@ -153,20 +139,6 @@ class Admission:
 
 
 admission = Admission()
-
-
-def _logprob(tokenizer: object, token: int, logprobs: mx.array, top: int) -> TokenLogprob:
-    decode = tokenizer.decode  # type: ignore[attr-defined]
-    alternatives: list[tuple[str, float]] = []
-    if top > 0:
-        ids = mx.argpartition(-logprobs, kth=top - 1)[:top]
-        values = logprobs[ids]
-        order = mx.argsort(-values)
-        top_ids: list[int] = ids[order].tolist()  # type: ignore[assignment]  # 1-d array -> list
-        top_values: list[float] = values[order].tolist()  # type: ignore[assignment]
-        alternatives = [(decode([i]), v) for i, v in zip(top_ids, top_values, strict=True)]
-    chosen: float = logprobs[token].item()  # type: ignore[assignment]  # a scalar
-    return TokenLogprob(token=decode([token]), logprob=chosen, top=alternatives)
 
 
 def _token_stream(
@@ -212,11 +184,11 @@ def _steps(
     constraint: GrammarProcessor | None,
     stats: CompletionStats,
     vision: VisionInputs | None = None,
-) -> Iterator[_Step]:
+) -> Iterator[TokenStep]:
     """The token loop; runs on the MLX thread, one item per job."""
     tokenizer = loaded.tokenizer
     stop_ids = set(loaded.chat.get_stop_tokens())
-    detokenizer: Any = _detokenizer(tokenizer, params.continuation)
+    detokenizer: Any = detokenizer_for(tokenizer, params.continuation)
     tokens, cache, reused = _token_stream(loaded, prompt, params, max_tokens, constraint, vision, stats)
     stats.cached_prompt_tokens = reused
     fed = list(prompt)  # what the cache has seen (or will have): the prompt, then each token
@@ -226,15 +198,15 @@ def _steps(
             fed.append(token)
             if token in stop_ids:
                 detokenizer.finalize()
-                yield _Step(detokenizer.last_segment, None, "stop")
+                yield TokenStep(detokenizer.last_segment, None, "stop")
                 return
             detokenizer.add_token(token)
             logprob = None
             if params.top_logprobs is not None:
-                logprob = _logprob(tokenizer, token, logprobs, params.top_logprobs)
-            yield _Step(detokenizer.last_segment, logprob, None)
+                logprob = token_logprob(tokenizer, token, logprobs, params.top_logprobs)
+            yield TokenStep(detokenizer.last_segment, logprob, None)
         detokenizer.finalize()
-        yield _Step(detokenizer.last_segment, None, "length")
+        yield TokenStep(detokenizer.last_segment, None, "length")
     except Exception:
         failed = True  # a step that failed midway may have left layers of the cache uneven
         raise
@@ -242,6 +214,16 @@ def _steps(
         tokens.close()
         if not failed and cache is not None:
             loaded.prompt_cache.give_back(cache, fed)
+
+
+def runs_solo(loaded: LoadedModel, vision: VisionInputs | None, max_tokens: int) -> bool:
+    """Whether a generation runs on a generator of its own (`_steps`) instead of in its model's
+    batch (batching.py): vision models (mlx-vlm's own loop), a model with a draft model or
+    kv_bits (speculative.py), a model whose KV cache cannot join a batch, and a request with no
+    token to generate."""
+    if loaded.model_type is ModelType.VISION or vision is not None or max_tokens < 1:
+        return True
+    return uses_generation_options(loaded) or not can_batch(loaded)
 
 
 async def generate_text(
@@ -262,9 +244,13 @@ async def generate_text(
     first_token_at: float | None = None
     stop_filter = StopStringFilter(params.stop)
     stats.prompt_tokens = len(prompt)
-    steps = stream_on_metal_thread(
-        lambda: _steps(loaded, prompt, params, max_tokens, constraint, stats, vision)
-    )
+    steps: AsyncGenerator[TokenStep, None]
+    if runs_solo(loaded, vision, max_tokens):
+        steps = stream_on_metal_thread(
+            lambda: _steps(loaded, prompt, params, max_tokens, constraint, stats, vision)
+        )
+    else:
+        steps = batched_steps(loaded, BatchedSequence(prompt, params, max_tokens, constraint, stats))
     try:
         async for step in steps:
             now = time.perf_counter()
