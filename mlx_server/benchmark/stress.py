@@ -6,7 +6,8 @@ by the client on purpose (a stream closed after a few chunks, a plain request ab
 random wait). A request refused with 503 must carry Retry-After, which the client then waits.
 Every request has a deadline (`--deadline` s): one still unanswered then counts as hung. At the
 end the server must drain (no generation left pending) and its audit log must hold one row per
-request sent, every response's x-request-id among them.
+request sent, every response's x-request-id among them. A request counts as sent once its bytes
+went out (a plain request dropped before that, on a busy machine, never reached the server).
 
 Invariants (the issue's acceptance): hung 0, other errors 0, audit rows = requests sent.
 
@@ -71,7 +72,8 @@ class Tally:
     sent: int = 0
     completed: int = 0
     refused: int = 0  # 503 with Retry-After
-    disconnected: int = 0  # dropped by the client on purpose
+    disconnected: int = 0  # dropped by the client on purpose, after the request went out
+    unsent: int = 0  # dropped by the client before its request went out: the server never saw it
     hung: int = 0  # no answer within the deadline
     errors: list[str] = field(default_factory=list)
     request_ids: set[str] = field(default_factory=set)  # from the responses' x-request-id
@@ -119,9 +121,24 @@ def plan(rng: random.Random) -> Plan:
     )
 
 
-async def _send(client: httpx.AsyncClient, request: Plan, tally: Tally) -> float:
+class _Sent:
+    """Whether a request's bytes went out (httpcore's trace events): only those reach the server
+    (and its audit log); a drop can come earlier on a busy machine."""
+
+    def __init__(self) -> None:
+        self.written = False
+
+    async def trace(self, event: str, info: dict[str, Any]) -> None:
+        if event == "http11.send_request_body.complete":
+            self.written = True
+
+
+async def _send(client: httpx.AsyncClient, request: Plan, tally: Tally, sent: _Sent) -> float:
     """One request, to its end or the client's drop; returns the Retry-After to wait (0 if none)."""
-    async with client.stream("POST", "/v1/chat/completions", json=request.body) as response:
+    extensions = {"trace": sent.trace}
+    async with client.stream(
+        "POST", "/v1/chat/completions", json=request.body, extensions=extensions
+    ) as response:
         if "x-request-id" in response.headers:
             tally.request_ids.add(response.headers["x-request-id"])
         if response.status_code == 503:
@@ -149,16 +166,19 @@ async def _send(client: httpx.AsyncClient, request: Plan, tally: Tally) -> float
 
 
 async def _one(client: httpx.AsyncClient, request: Plan, tally: Tally, deadline: float) -> float:
-    tally.sent += 1
     started = time.monotonic()
+    sent = _Sent()
     try:
         if request.drop_after_s is not None:
             try:
-                return await asyncio.wait_for(_send(client, request, tally), request.drop_after_s)
+                return await asyncio.wait_for(_send(client, request, tally, sent), request.drop_after_s)
             except TimeoutError:
-                tally.disconnected += 1
+                if sent.written:
+                    tally.disconnected += 1
+                else:
+                    tally.unsent += 1
                 return 0.0
-        return await asyncio.wait_for(_send(client, request, tally), deadline)
+        return await asyncio.wait_for(_send(client, request, tally, sent), deadline)
     except TimeoutError:
         tally.hung += 1
         return 0.0
@@ -166,6 +186,7 @@ async def _one(client: httpx.AsyncClient, request: Plan, tally: Tally, deadline:
         tally.errors.append(f"{type(exc).__name__}: {exc}")
         return 0.0
     finally:
+        tally.sent += sent.written
         tally.slowest_s = max(tally.slowest_s, time.monotonic() - started)
 
 
@@ -229,6 +250,7 @@ def report(tally: Tally, clients: int, seconds: int, max_pending: int, deadline:
         ("completed", tally.completed),
         ("refused: 503 with Retry-After", tally.refused),
         ("dropped by the client mid-request", tally.disconnected),
+        ("dropped by the client before the request went out (not sent)", tally.unsent),
         (f"hung (no answer within {deadline} s)", tally.hung),
         ("other errors", len(tally.errors)),
         ("audit rows for the run", tally.audit_rows),
