@@ -10,7 +10,6 @@ a new one). `size_vram` is the memory the pool counts for the model (MLX's unifi
 from __future__ import annotations
 
 import hashlib
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -130,7 +129,8 @@ def running() -> dict[str, Any]:
         if loaded is None or record is None:
             continue
         ttl = pool.idle_ttl_of(loaded)
-        expires = FOREVER if math.isinf(ttl) else datetime.fromtimestamp(loaded.last_used + ttl, UTC)
+        until = loaded.last_used + ttl
+        expires = FOREVER if until >= FOREVER.timestamp() else datetime.fromtimestamp(until, UTC)
         models.append(
             {
                 **_summary(record),

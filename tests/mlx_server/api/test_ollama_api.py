@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 from PIL import Image
 from sqlmodel import Session, select
 
+from mlx_server.api.timeouts import stream_error_event
 from mlx_server.database import get_engine
 from mlx_server.models.store import DEFAULT_EMBEDDING_MODEL_ID, DEFAULT_MODEL_ID
 from mlx_server.records import AuditLog
@@ -268,3 +269,8 @@ def test_images_reach_a_vision_model(home: Path, tiny_vision_dir: Path) -> None:
             "/api/chat", json={**body, "messages": [{**question, "images": [RED_PNG]}]}
         ).json()
     assert with_image["done"] and with_image["prompt_eval_count"] == text_only["prompt_eval_count"] + 18
+
+
+def test_a_stream_cut_at_its_deadline_ends_with_an_ndjson_error_line() -> None:
+    line = stream_error_event({"type": "http", "path": "/api/chat", "root_path": ""}, "too slow")
+    assert line.endswith(b"\n") and json.loads(line) == {"error": "too slow"}
