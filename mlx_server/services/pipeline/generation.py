@@ -161,7 +161,7 @@ def _token_stream(
             loaded, inputs, max_tokens=max_tokens, sampler=sampler, logits_processors=processors
         )
         return steps, None, 0
-    if drafts_for(loaded, constraint):  # speculative decoding with the model's draft
+    if drafts_for(loaded):  # speculative decoding with the model's draft (speculative.py)
         return speculative_token_stream(loaded, prompt, max_tokens, sampler, processors, figures=stats)
     cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
     tokens = generate_step(

@@ -21,7 +21,9 @@ The prompt cache (models/prompt_cache.py) and these options:
   from the list, so the list we hold keeps the layers' unquantized caches from before
   quantization, stale and un-rewound. That combination runs on a fresh cache, never given back.
 - A grammar (constrained decoding) advances its matcher on every token it sees, including draft
-  tokens the target then rejects; a constrained request runs without the draft.
+  tokens the target then rejects: a constrained request asks the draft for no tokens (the target
+  decodes alone, one token per step, its grammar seeing each token once), so its cache entries
+  keep both models' layers too (the draft's trimmed to what it saw).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
+from mlx_server.services.pipeline.constraints import GrammarProcessor
 
 Tokens = Generator[tuple[int, mx.array], None, None]
 Sampler = Callable[[mx.array], mx.array]
@@ -81,16 +84,17 @@ def _align(cache: list[Any], target_layers: int) -> None:
 def _counted(
     steps: Generator[tuple[int, mx.array, bool], None, None],
     loaded: LoadedModel,
-    figures: DraftFigures,
+    figures: DraftFigures | None,
     cache: list[Any] | None,
 ) -> Tokens:
+    """The tokens, counted into `figures` and the model's totals (None: the draft was not asked)."""
     try:
         for token, logprobs, from_draft in steps:
-            figures.speculative_tokens += 1
-            loaded.speculative_tokens += 1
-            if from_draft:
-                figures.draft_tokens += 1
-                loaded.draft_tokens += 1
+            if figures is not None:
+                figures.speculative_tokens += 1
+                loaded.speculative_tokens += 1
+                figures.draft_tokens += from_draft
+                loaded.draft_tokens += from_draft
             yield token, logprobs
     finally:
         steps.close()  # mlx-lm rewinds the rejected draft tokens here
@@ -98,10 +102,9 @@ def _counted(
             _align(cache, len(loaded.model.layers))
 
 
-def drafts_for(loaded: LoadedModel, constraint: object | None) -> bool:
-    """Whether a request runs speculatively: the model has a draft and no grammar constrains it
-    (see the module docstring)."""
-    return loaded.draft_model is not None and constraint is None
+def drafts_for(loaded: LoadedModel) -> bool:
+    """Whether the model's text requests run here: it has a draft model."""
+    return loaded.draft_model is not None
 
 
 def kv_quantization(loaded: LoadedModel) -> dict[str, Any]:
@@ -124,6 +127,7 @@ def speculative_token_stream(
 ) -> tuple[Tokens, list[Any] | None, int]:
     """(token, logprobs) pairs from the model checking its draft's tokens, the cache to give
     back to the prompt cache (None: not to be kept) and the prompt tokens it reused."""
+    constrained = any(isinstance(p, GrammarProcessor) for p in processors)
     pair = _TargetAndDraft(loaded.model, loaded.draft_model)
     kept: list[Any] | None
     if loaded.kv_bits is None:
@@ -135,11 +139,11 @@ def speculative_token_stream(
         mx.array(prompt[reused:]),
         loaded.model,
         loaded.draft_model,
-        num_draft_tokens=get_settings().num_draft_tokens,
+        num_draft_tokens=0 if constrained else get_settings().num_draft_tokens,
         max_tokens=max_tokens,
         sampler=sampler,
         logits_processors=processors or None,
         prompt_cache=cache,
         **kv_quantization(loaded),
     )
-    return _counted(steps, loaded, figures, kept), kept, reused
+    return _counted(steps, loaded, None if constrained else figures, kept), kept, reused

@@ -17,6 +17,13 @@ from mlx_server.models.store import default_embedding_model_dir
 from tests.mlx_server.api.conftest import standalone_server
 
 QUESTION = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+CITY = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "city",
+        "schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 @pytest.fixture
@@ -69,8 +76,8 @@ def test_options_are_checked_with_errors_that_say_what_to_fix(server: TestClient
     assert stored == {"model_id": "smol", "draft_model": "tiny-draft", "kv_bits": 4, "kv_group_size": 64}
 
 
-def _ask(sdk: openai.OpenAI) -> Any:
-    return sdk.chat.completions.create(model="smol", messages=QUESTION, max_tokens=8, temperature=0)  # type: ignore[arg-type]
+def _ask(sdk: openai.OpenAI, **extra: Any) -> Any:
+    return sdk.chat.completions.create(model="smol", messages=QUESTION, max_tokens=8, temperature=0, **extra)  # type: ignore[arg-type]
 
 
 def _pool_entry(server: TestClient) -> dict[str, Any]:
@@ -85,6 +92,8 @@ def test_a_draft_keeps_the_greedy_output_and_reports_its_share(server: TestClien
     plain = _ask(sdk)
     reference = plain.choices[0].message.content
     assert "Paris" in reference and plain.usage.completion_tokens_details is None
+    constrained = _ask(sdk, response_format=CITY).choices[0].message.content
+    assert constrained.startswith('{"city": "')
 
     _patch(server, "smol", draft_model="tiny-draft").raise_for_status()  # reloads the loaded model
     guessed = _ask(sdk)
@@ -105,6 +114,10 @@ def test_a_draft_keeps_the_greedy_output_and_reports_its_share(server: TestClien
     )
     entry = _pool_entry(server)
     assert entry["draft_model"] == "smol-draft" and entry["draft_acceptance_rate"] >= 0.6
+    # A grammar sees each token once: the draft is asked for none, the output is the same.
+    with_grammar = _ask(sdk, response_format=CITY)
+    assert with_grammar.choices[0].message.content == constrained
+    assert with_grammar.usage.completion_tokens_details is None
 
     _patch(server, "smol", draft_model=None, kv_bits=8).raise_for_status()
     quantized = _ask(sdk)
