@@ -31,13 +31,17 @@ from tests.support import LocalHTTPServer
 REQUESTS = """
 import json, sys
 
-from pathlib import Path
 from fastapi.testclient import TestClient
-from tests.mlx_server.api.conftest import register_models
+from sqlmodel import Session
+from mlx_server.database import get_engine, upgrade_database
+from mlx_server.records import ModelRecord, ModelSource
 from mlx_server.main import create_app
 from opentelemetry import trace
 
-register_models({"smol": Path(sys.argv[1])})
+upgrade_database()
+with Session(get_engine()) as session:
+    session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=sys.argv[1]))
+    session.commit()
 with TestClient(create_app()) as client:
     body = {"model": "smol", "max_tokens": 2,
             "messages": [{"role": "user", "content": "Hi"}]}
