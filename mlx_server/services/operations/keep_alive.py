@@ -65,12 +65,14 @@ async def apply_keep_alive(model_id: str, seconds: float | None) -> bool:
 
 async def load_or_unload(model_id: str, seconds: float | None) -> Literal["load", "unload"]:
     """A request with nothing to generate: loads the model (Ollama's preload), or with a
-    keep_alive of 0 unloads it. Ollama's done_reason: "load" or "unload"."""
+    keep_alive of 0 unloads it. Ollama's done_reason: "load" or "unload" ("load" when a
+    dashboard pin keeps it loaded)."""
     pool = get_model_pool()
     if seconds == 0:
-        if pool.get_loaded(model_id) is not None:
+        loaded = pool.get_loaded(model_id)
+        if loaded is not None:
             await apply_keep_alive(model_id, seconds)
-        return "unload"
+        return "load" if loaded is not None and loaded.pinned else "unload"
     await pool.preload(model_id, pin=False)
     await apply_keep_alive(model_id, seconds)
     return "load"

@@ -118,6 +118,11 @@ def test_keep_alive_keeps_loaded_or_unloads_and_ps_shows_it(client: ollama.Clien
     assert client.generate(model=SMOL, prompt="", keep_alive=-1).done_reason == "load"
     expires = {m.model: m.expires_at for m in client.ps().models}[SMOL]
     assert expires is not None and expires.year > datetime.now(UTC).year + 100  # no expiry in sight
+    # A dashboard pin wins over a client's keep_alive 0.
+    assert client._client.post(f"/v1/admin/models/{SMOL}/pin").status_code == 200
+    assert client.generate(model=SMOL, prompt="", keep_alive=0).done_reason == "load"
+    assert SMOL in {m.model for m in client.ps().models}
+    assert client._client.post(f"/v1/admin/models/{SMOL}/unpin").status_code == 200
     assert client.generate(model=SMOL, prompt="", keep_alive=0).done_reason == "unload"
     assert SMOL not in {m.model for m in client.ps().models}
     assert client.generate(model=SMOL, prompt="", keep_alive="5m").done_reason == "load"
