@@ -102,7 +102,7 @@ class Plan:
     drop_after_s: float | None
 
 
-def plan(rng: random.Random) -> Plan:
+def plan(rng: random.Random, drop_rate: float = 0.25) -> Plan:
     stream = rng.random() < 0.7
     words = " ".join(rng.choices(WORDS, k=rng.randint(3, 60)))
     body = {
@@ -113,7 +113,7 @@ def plan(rng: random.Random) -> Plan:
         "seed": rng.randint(0, 2**31),
         "stream": stream,
     }
-    drop = rng.random() < 0.25
+    drop = rng.random() < drop_rate
     return Plan(
         body,
         rng.randint(1, 6) if drop and stream else None,
@@ -190,10 +190,12 @@ async def _one(client: httpx.AsyncClient, request: Plan, tally: Tally, deadline:
         tally.slowest_s = max(tally.slowest_s, time.monotonic() - started)
 
 
-async def _client(url: str, rng: random.Random, until: float, tally: Tally, deadline: float) -> None:
+async def _client(
+    url: str, rng: random.Random, until: float, tally: Tally, deadline: float, drop_rate: float
+) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(deadline + 30)) as client:
         while time.monotonic() < until:
-            wait = await _one(client, plan(rng), tally, deadline)
+            wait = await _one(client, plan(rng, drop_rate), tally, deadline)
             await asyncio.sleep(wait or rng.uniform(0, 0.5))
 
 
@@ -227,15 +229,18 @@ def _audit(url: str, since: datetime, tally: Tally) -> None:
     tally.audit_missing = len(tally.request_ids - ids)
 
 
-def stress(url: str, *, clients: int, seconds: float, seed: int, deadline: float) -> Tally:
-    """Run `clients` clients for `seconds` against the server at `url` (its model loaded)."""
+def stress(
+    url: str, *, clients: int, seconds: float, seed: int, deadline: float, drop_rate: float = 0.25
+) -> Tally:
+    """Run `clients` clients for `seconds` against the server at `url` (its model loaded); each
+    request is dropped by its client with probability `drop_rate`."""
     tally = Tally()
     since = datetime.now(UTC)
 
     async def run() -> None:
         until = time.monotonic() + seconds
         rngs = [random.Random(f"{seed}-{i}") for i in range(clients)]
-        await asyncio.gather(*(_client(url, rng, until, tally, deadline) for rng in rngs))
+        await asyncio.gather(*(_client(url, rng, until, tally, deadline, drop_rate) for rng in rngs))
         tally.drained = await _drained(url)
 
     asyncio.run(run())
