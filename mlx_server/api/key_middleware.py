@@ -1,9 +1,9 @@
-"""API keys on /v1: who may call, with what scope, within which limits.
+"""API keys on /v1 and /api (Ollama's): who may call, with what scope, within which limits.
 
 Pure ASGI, inside the audit middleware (a refused request still gets its audit row, and an
-admitted one carries its key's name). Keys are read from `Authorization: Bearer` (OpenAI) or
-`x-api-key` (Anthropic); refusals are in the route's protocol: Anthropic's shape for
-/v1/messages, OpenAI's for the rest. The policy is services/operations/api_keys.py's.
+admitted one carries its key's name). Keys are read from `Authorization: Bearer` (OpenAI,
+Ollama) or `x-api-key` (Anthropic); refusals are in the route's protocol: Anthropic's shape for
+/v1/messages, Ollama's for /api, OpenAI's for the rest. The policy is services/operations/api_keys.py's.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class ApiKeyMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = full_path(scope) if scope["type"] == "http" else ""
-        if not is_audited(path):  # /v1/health and anything outside /v1 need no key
+        if not is_audited(path):  # /v1/health and anything outside /v1 and /api need no key
             await self.app(scope, receive, send)
             return
         with Session(get_engine()) as session:
