@@ -83,6 +83,7 @@ def main() -> None:
         ):
             register_backend(router, backend)
             stream_chat(backend, MESSAGES, 8)  # load the model before timing
+            stream_chat(router, MESSAGES, 8, model=routed_model)  # and the router's first-request setup
             runs = alternate(
                 args.runs,
                 direct=partial(stream_chat, backend, MESSAGES, args.tokens),
