@@ -23,6 +23,7 @@ from mlx_manager.routers import (
     keys,
     login,
     lora_adapters,
+    mcp,
     models,
     pages,
     server,
@@ -90,6 +91,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
             backends,
             login,
             lora_adapters,
+            mcp,
         )
     ]
     for router in (health_router, *page_routers, settings_router):

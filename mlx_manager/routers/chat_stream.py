@@ -282,6 +282,7 @@ def options_from_form(form: FormData) -> ChatOptions:
         enable_thinking=thinking,
         builtin_tools=[v for v in form.getlist("builtin_tools") if isinstance(v, str)],
         tools_json=_text(form, "tools_json"),
+        mcp_servers=[int(v) for v in form.getlist("mcp_servers") if isinstance(v, str) and v.isdigit()],
         tool_choice=_text(form, "tool_choice") or "auto",
         agent_mode=_text(form, "agent_mode") or "auto",
         max_depth=number("max_depth", int, defaults.max_depth),

@@ -33,6 +33,7 @@ class ChatOptions:
     enable_thinking: bool | None = None  # None: the model's default
     builtin_tools: list[str] = field(default_factory=list)
     tools_json: str = ""  # user-defined tools, as typed in the tool editor
+    mcp_servers: list[int] = field(default_factory=list)  # ids of the MCP servers whose tools are offered
     tool_choice: ToolChoice = "auto"
     agent_mode: AgentMode = "auto"
     max_depth: int = DEFAULT_MAX_DEPTH
@@ -75,9 +76,9 @@ class ChatOptions:
             self.user_tools()
         except ToolDefinitionError as exc:
             raise OptionsError(f"Tool editor: {exc}") from exc
-        if self.tool_choice == "required" and not self.tools():
+        if self.tool_choice == "required" and not self.tools() and not self.mcp_servers:
             raise OptionsError(
-                'Tool choice "required" needs at least one tool: enable a built-in or add one.'
+                'Tool choice "required" needs at least one tool: enable a built-in, an MCP server or add one.'
             )
 
     def user_tools(self) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """One playground turn, run as a job (services/chat_jobs.py): the model's reply saved as it grows
 (at least every second), then the agent loop (seed 000: call → execute → feed the result back →
-continue) up to a maximum depth.
+continue) up to a maximum depth. The conversation's MCP servers are connected for the turn
+(services/mcp_tools.py) and their tools offered beside the built-in and user-defined ones.
 
 Calls `generate_chat_completion()` directly (blueprint §9), never HTTP to /v1, and renders its
 typed events into the job: text appended to the reply or its reasoning, tool calls as cards.
@@ -16,7 +17,8 @@ from typing import Any
 
 from sqlmodel import Session
 
-from mlx_manager.records import Conversation, ConversationMessage, MessageStatus
+from mlx_manager.config import get_manager_settings
+from mlx_manager.records import Conversation, ConversationMessage, McpServer, MessageStatus
 from mlx_manager.services.chat_jobs import ChatJob, Reply
 from mlx_manager.services.chat_options import ChatOptions
 from mlx_manager.services.chat_tools import execute_tool, rejected_call_result
@@ -28,6 +30,7 @@ from mlx_manager.services.conversations import (
     rewind_to,
     save_message,
 )
+from mlx_manager.services.mcp_tools import McpToolbox, mcp_toolbox
 from mlx_server.facade import (
     APIError,
     CompletionStats,
@@ -59,35 +62,48 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
             return
         if not await _loaded(job, conversation.model_id):
             return
-        answered: set[tuple[str, str]] = set()
-        answer_now = False
-        for depth in range(options.max_depth + 1):
-            if depth == options.max_depth and not answer_now:
-                # As LangChain's early_stopping_method="generate": one last reply without tools,
-                # so the user gets an answer from what the calls returned, not just a stop.
-                job.say(f"{depth} tool rounds (the maximum depth): the model answers now.")
-                answer_now = True
-            # "required" holds for the first reply only: after a tool result the model must be
-            # free to answer, or a small model calls the same tool until max_depth.
-            round_options = options if depth == 0 else options.after_tool_round()
-            if answer_now:
-                round_options = round_options.answer_only()
-            saved = await _one_reply(session, conversation, round_options, job)
-            if saved is None or job.stop.is_set() or not saved.tool_calls or depth == options.max_depth:
-                return
-            calls = {_call_key(call) for call in saved.tool_calls}
-            if calls <= answered and not answer_now:
-                # It asks again for results it already has (small models loop): that reply is
-                # dropped and the model answers with what it has.
-                rewind_to(session, conversation, saved.position)
-                job.drop_from(saved.position)
-                job.say("The model repeated a call it has the result of; it answers now.")
-                answer_now = True
-                continue
-            answered |= calls
-            _run_tools(session, conversation, saved, options, job)
-            if pending_tool_calls(messages_of(session, job.conversation_id)):
-                return
+        servers = [s for i in options.mcp_servers if (s := session.get(McpServer, i)) is not None]
+        taken = {tool["function"]["name"] for tool in options.tools() or []}
+        async with mcp_toolbox(servers, taken, get_manager_settings().mcp_timeout_seconds) as toolbox:
+            for problem in toolbox.problems:
+                job.say(problem)
+            await _agent_loop(session, conversation, options, job, toolbox)
+
+
+async def _agent_loop(
+    session: Session, conversation: Conversation, options: ChatOptions, job: ChatJob, toolbox: McpToolbox
+) -> None:
+    """Replies and tool rounds until an answer, a call waiting for a typed result, a stop or
+    the maximum depth."""
+    answered: set[tuple[str, str]] = set()
+    answer_now = False
+    for depth in range(options.max_depth + 1):
+        if depth == options.max_depth and not answer_now:
+            # As LangChain's early_stopping_method="generate": one last reply without tools,
+            # so the user gets an answer from what the calls returned, not just a stop.
+            job.say(f"{depth} tool rounds (the maximum depth): the model answers now.")
+            answer_now = True
+        # "required" holds for the first reply only: after a tool result the model must be
+        # free to answer, or a small model calls the same tool until max_depth.
+        round_options = options if depth == 0 else options.after_tool_round()
+        if answer_now:
+            round_options = round_options.answer_only()
+        saved = await _one_reply(session, conversation, round_options, job, toolbox)
+        if saved is None or job.stop.is_set() or not saved.tool_calls or depth == options.max_depth:
+            return
+        calls = {_call_key(call) for call in saved.tool_calls}
+        if calls <= answered and not answer_now:
+            # It asks again for results it already has (small models loop): that reply is
+            # dropped and the model answers with what it has.
+            rewind_to(session, conversation, saved.position)
+            job.drop_from(saved.position)
+            job.say("The model repeated a call it has the result of; it answers now.")
+            answer_now = True
+            continue
+        answered |= calls
+        await _run_tools(session, conversation, saved, options, job, toolbox)
+        if pending_tool_calls(messages_of(session, job.conversation_id)):
+            return
 
 
 async def _loaded(job: ChatJob, model_id: str) -> bool:
@@ -114,11 +130,11 @@ def _call_key(call: dict[str, Any]) -> tuple[str, str]:
 
 
 async def _one_reply(
-    session: Session, conversation: Conversation, options: ChatOptions, job: ChatJob
+    session: Session, conversation: Conversation, options: ChatOptions, job: ChatJob, toolbox: McpToolbox
 ) -> ConversationMessage | None:
     """One reply of the model, stored from its first event on and updated as it grows."""
     assert conversation.id is not None and conversation.model_id is not None
-    tools = options.tools()
+    tools = [*(options.tools() or []), *toolbox.definitions()] or None
     stats = CompletionStats()
     started = time.perf_counter()
     request = GenerationRequest(
@@ -230,20 +246,27 @@ def _reject_calls(session: Session, conversation: Conversation, reply: Reply, jo
         job.add(add_message(session, conversation, "tool", content, tool_call_id=call["id"]))
 
 
-def _run_tools(
+async def _run_tools(
     session: Session,
     conversation: Conversation,
     message: ConversationMessage,
     options: ChatOptions,
     job: ChatJob,
+    toolbox: McpToolbox,
 ) -> None:
-    """Built-in tools run here in auto mode; every other call waits for a typed result."""
+    """Built-in and MCP tools run here in auto mode; every other call waits for a typed result."""
     answered = {m.tool_call_id for m in messages_of(session, conversation.id or 0) if m.role == "tool"}
     for call in message.tool_calls or []:
-        name = call["function"]["name"]
-        if call["id"] in answered or not options.runs_here(name):
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        if call["id"] in answered:
             continue
-        result = execute_tool(name, call["function"]["arguments"])
+        if options.agent_mode == "auto" and toolbox.has(name):
+            job.say(f"Calling {name} on its MCP server…")
+            result = await toolbox.call(name, arguments)
+        elif options.runs_here(name):
+            result = execute_tool(name, arguments)
+        else:
+            continue
         job.add(add_message(session, conversation, "tool", result.content, tool_call_id=call["id"]))
 
 

@@ -22,6 +22,7 @@ from mlx_manager.services.conversations import (
     pending_tool_calls,
 )
 from mlx_manager.services.embeddings_panel import embedding_models
+from mlx_manager.services.mcp_servers import list_mcp_servers
 from mlx_manager.services.presets import list_presets
 from mlx_server.facade import ModelRecord, list_models, read_chat_template, remote_model_ids
 
@@ -41,6 +42,7 @@ def page_context(session: Session, conversation: Conversation | None) -> dict[st
         "thinking_toggle": _thinking_toggle(models, shown),
         "options": ChatOptions.from_stored(shown.parameters),
         "builtin_tools": BUILTIN_TOOLS,
+        "mcp_servers": list_mcp_servers(session),
         "presets": list_presets(session),
         **thread_context(session, shown),
     }

@@ -43,7 +43,7 @@ class McpServerForm(BaseModel):
         """The edit form of a stored server: secret names shown, their values blank."""
         return cls(
             name=server.name,
-            transport=server.transport.value,
+            transport=str(server.transport),
             command=server.command or "",
             args="\n".join(server.args),
             env="".join(f"{name}=\n" for name in server.env),
@@ -77,7 +77,7 @@ def view(server: McpServer) -> McpServerView:
     else:
         target = server.url or ""
         secrets = [(f"header {name}", mask_secret(value)) for name, value in server.headers.items()]
-    return McpServerView(server.id, server.name, server.transport.value, target, secrets)
+    return McpServerView(server.id, server.name, str(server.transport), target, secrets)
 
 
 def list_mcp_servers(session: Session) -> list[McpServer]:

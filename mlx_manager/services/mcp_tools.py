@@ -212,7 +212,9 @@ def _tool_result(result: CallToolResult) -> ToolResult:
     if not texts and result.structured_content is not None:
         texts = [json.dumps(result.structured_content, ensure_ascii=False)]
     text = "\n".join(texts)
-    return ToolResult(f"Error: {text}", is_error=True) if result.is_error else ToolResult(text)
+    if not result.is_error:
+        return ToolResult(text)
+    return ToolResult(text if text.lower().startswith("error") else f"Error: {text}", is_error=True)
 
 
 async def list_server_tools(server: McpServer, timeout: float) -> list[McpTool]:
