@@ -9,7 +9,9 @@ holding at least MLX_SERVER_PROMPT_CACHE_PERSIST_MIN_TOKENS tokens are written u
 their tokens and the model's fingerprint in the metadata. When the model loads again they are
 read back, most recently used first, as far as the cache's bound leaves room; a file of another
 fingerprint (the model's files, load or mlx-lm changed), another format or a corrupt one is
-skipped with a log line, never an error.
+skipped with a log line, never an error. An unpinned model's unload leaves what was saved in
+place: pins do not outlive a restart, and the saved prefixes stay valid under their fingerprint
+until a pinned unload of the model replaces them.
 
 Runs on the MLX thread (the pool's load and unload).
 """
