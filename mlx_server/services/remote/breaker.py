@@ -58,6 +58,10 @@ class CircuitBreaker:
     def succeeded(self) -> None:
         self.failures, self.opened_at, self.probing, self.last_error = 0, None, False, None
 
+    def abandoned(self) -> None:
+        """The request gave up before an outcome (cancelled): another may probe."""
+        self.probing = False
+
     def failed(self, error: str) -> None:
         self.failures += 1
         self.last_error = error

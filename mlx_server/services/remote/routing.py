@@ -140,6 +140,8 @@ async def _open(
             raise progress.upstream_error(f"{type(exc).__name__}: {exc}") from exc
         if isinstance(exc, APIError):
             circuit.succeeded()  # it answered, and said no
+        elif not isinstance(exc, UpstreamError):  # counted by the caller
+            circuit.abandoned()  # cancelled (client gone, time limit): no verdict on the backend
         raise
     circuit.succeeded()  # a first token: the backend is healthy
     return _passthrough(first, events, progress, circuit, exits), _closer(exits)

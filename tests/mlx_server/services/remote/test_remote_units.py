@@ -39,6 +39,8 @@ def test_breaker_opens_after_the_failures_and_lets_one_probe_through_after_the_c
     assert _state(circuit) == "open" and circuit.status()["last_error"] == "probe failed"
     time.sleep(0.25)
     assert circuit.try_acquire()
+    circuit.abandoned()  # the probe was cancelled: the next request probes instead
+    assert circuit.try_acquire()
     circuit.succeeded()
     assert _state(circuit) == "closed" and circuit.status()["consecutive_failures"] == 0
 
