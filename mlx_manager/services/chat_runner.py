@@ -53,7 +53,7 @@ SAVE_SECONDS = 0.5  # a growing reply is written at least this often (a restart 
 
 async def run_turn(job: ChatJob, options: ChatOptions) -> None:
     """Generate the assistant's reply to the conversation as it stands, then run its tool calls
-    (built-in ones in auto mode) and continue, until a reply without calls, a call waiting for
+    (built-in and MCP ones in auto mode) and continue, until a reply without calls, a call waiting for
     a typed result, a stop, or `options.max_depth` rounds."""
     with Session(get_engine(), expire_on_commit=False) as session:
         conversation = session.get(Conversation, job.conversation_id)
@@ -68,6 +68,8 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
             for problem in toolbox.problems:
                 job.say(problem)
             await _agent_loop(session, conversation, options, job, toolbox)
+        if toolbox.problems and not job.error:  # said where the thread shows how the turn ended
+            job.error = " ".join(toolbox.problems) + " The reply was generated without its tools."
 
 
 async def _agent_loop(

@@ -17,7 +17,9 @@ from mlx_manager.main import create_app
 from mlx_manager.records import McpServer
 from mlx_manager.services.chat_options import ChatOptions, OptionsError
 from mlx_server.database import get_engine, upgrade_database
+from mlx_server.records import ModelRecord, ModelSource
 from tests.fixtures.mcp_server import silent_http_server
+from tests.mlx_manager.routers.test_chat import _first, _follow
 from tests.support import csrf_headers
 
 TIMEOUT = 3  # MLX_MANAGER_MCP_TIMEOUT_SECONDS for these tests
@@ -178,3 +180,24 @@ def test_required_tool_choice_accepts_an_mcp_server_as_the_tool() -> None:
     assert ChatOptions.parse(tool_choice="required", mcp_servers=[1]).mcp_servers == [1]
     with pytest.raises(OptionsError, match="enable a built-in, an MCP server or add one"):
         ChatOptions.parse(tool_choice="required")
+
+
+def test_a_turn_whose_server_fails_to_start_ends_saying_so(page: TestClient, smollm_dir: Path) -> None:
+    with Session(get_engine()) as session:
+        session.add(ModelRecord(id="smol", source=ModelSource.LOCAL, path=str(smollm_dir)))
+        session.commit()
+    exits = _stdio(page, "exits", "exit")
+    form = {
+        "model_id": "smol",
+        "temperature": "0",
+        "max_tokens": "4",
+        "content": "Hi",
+        "mcp_servers": str(exits),
+    }
+    events = _follow(page, _first(page, form))
+    said = [data for name, data in events if name == "turn"]
+    assert any("MCP server exits: exits closed the connection" in turn for turn in said)  # live
+    done = events[-1][1]  # the thread as the turn ended
+    assert 'class="chat-status muted error"' in done
+    assert "MCP server exits: exits closed the connection" in done
+    assert "The reply was generated without its tools." in done
