@@ -84,23 +84,18 @@ def test_the_agent_loops_toolbox_calls_tools_and_reports_their_errors(transport:
                 (f"{server.name}_add", '{"a": 2, "b": 40}'),
                 ("lookup_capital", '{"country": "Atlantis"}'),
                 (f"{server.name}_add", '{"a": 2, "b": "x"}'),
+                ("greeting", "{}"),
             ]
             return [((r := await toolbox.call(n, a)).content, r.is_error) for n, a in calls]
 
-    lima, sum_, unknown, bad = asyncio.run(run())
+    lima, sum_, unknown, bad, greeting = asyncio.run(run())
     assert lima == ("Lima", False)
     assert sum_ == ("42", False)
     assert unknown[1] and "no capital known for 'Atlantis'" in unknown[0]
     assert bad[1] and "b: 'x' is not of type 'integer'" in bad[0]  # refused before the call
+    # The registered env reaches a stdio server.
+    assert greeting == ("hello" if transport == "stdio" else "unset", False)
     assert _stdio_processes() == []
-
-
-def test_the_registered_env_reaches_a_stdio_server() -> None:
-    async def run() -> str:
-        async with mcp_toolbox([stdio(FIXTURE_GREETING="bonjour")], set(), START) as toolbox:
-            return (await toolbox.call("greeting", "{}")).content
-
-    assert asyncio.run(run()) == "bonjour"
 
 
 def _failure(server: McpServer) -> tuple[str, float]:
