@@ -102,6 +102,7 @@ def test_the_agent_loop_calls_an_mcp_tool_over_stdio_and_http_and_shows_its_resu
         stdio = {"Command": sys.executable, "Arguments (one per line)": args}
         _register(page, live_server, "atlas", "stdio", stdio)
         _register(page, live_server, "globe", "http", {"URL": mcp_url})
+        expect(page.locator(".mcp-tool-name")).to_have_count(2, timeout=60 * SECONDS)  # both cards listed
         screenshot(page, "mcp-servers.png")
         shown = {"atlas": _ask(page, live_server, "atlas")}
         screenshot(page, "chat-mcp.png")
