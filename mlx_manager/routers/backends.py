@@ -12,7 +12,7 @@ from fastapi import APIRouter, Form
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
-from mlx_manager.deps import Page, PageDep
+from mlx_manager.deps import SQLITE_MAX_INT, Page, PageDep
 from mlx_manager.services.settings_store import mask_secret
 from mlx_manager.web.templating import render
 from mlx_server.facade import (
@@ -126,7 +126,7 @@ def add_rule(
 
 
 @router.post("/rules/delete", response_class=HTMLResponse)
-def remove_rule(page: PageDep, rule_id: Annotated[int, Form()]) -> Response:
+def remove_rule(page: PageDep, rule_id: Annotated[int, Form(ge=1, le=SQLITE_MAX_INT)]) -> Response:
     try:
         delete_rule(page.session, rule_id)
     except APIError as exc:

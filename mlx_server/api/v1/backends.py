@@ -6,9 +6,9 @@ one is stored); each backend shows its circuit breaker's state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 
 from mlx_server.database import SessionDep
 from mlx_server.records import RoutingRule
@@ -72,6 +72,6 @@ def put_rule(body: RuleIn, session: SessionDep) -> RoutingRule:
 
 
 @router.delete("/routing-rules/{rule_id}")
-def remove_rule(rule_id: int, session: SessionDep) -> dict[str, Any]:
+def remove_rule(rule_id: Annotated[int, Path(ge=1, le=2**63 - 1)], session: SessionDep) -> dict[str, Any]:
     delete_rule(session, rule_id)
     return {"deleted": rule_id}

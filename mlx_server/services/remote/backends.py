@@ -53,7 +53,8 @@ class Target(BaseModel):
 class RuleIn(BaseModel):
     pattern: str = Field(min_length=1, max_length=255, description="A model id or glob, e.g. 'gpt-*'")
     targets: list[Target] = Field(min_length=1)
-    position: int = 0
+    # Rules are tried in ascending position; bounded so it fits SQLite's 64-bit INTEGER.
+    position: int = Field(default=0, ge=0, le=1_000_000)
 
 
 def public(backend: RemoteBackend) -> dict[str, Any]:

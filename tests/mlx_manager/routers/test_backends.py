@@ -39,6 +39,13 @@ def test_backends_page_saves_backends_and_rules_and_never_shows_the_key(client: 
     unknown = client.post("/backends/rules", data={**rule, "targets": "nope:x"}, headers=headers)
     assert unknown.status_code == 400 and "Unknown backends [&#39;nope&#39;]" in unknown.text
 
+    too_far = client.post("/backends/rules", data={**rule, "position": str(2**70)}, headers=headers)
+    assert too_far.status_code in (400, 422) and "position" in too_far.text
+    no_rule = client.post("/backends/rules/delete", data={"rule_id": str(2**70)}, headers=headers)
+    assert no_rule.status_code == 422
+    huge_id = client.delete(f"/v1/admin/routing-rules/{2**70}")
+    assert huge_id.status_code == 400 and "rule_id" in huge_id.text
+
     rule_id = client.get("/v1/admin/routing-rules").json()["data"][0]["id"]
     client.post("/backends/rules/delete", data={"rule_id": str(rule_id)}, headers=headers).raise_for_status()
     client.post("/backends/delete", data={"name": "mac2"}, headers=headers).raise_for_status()
