@@ -331,7 +331,11 @@ async def batched_steps(loaded: LoadedModel, sequence: BatchedSequence) -> Async
     finished = False
     try:
         while not finished:
-            item = await sequence.items.get()
+            if sequence.items.empty():
+                item = await sequence.items.get()
+            else:  # a turn of the loop between pieces, as the solo path's one job per token gives
+                await asyncio.sleep(0)
+                item = sequence.items.get_nowait()
             if isinstance(item, BaseException):
                 finished = True
                 raise item
