@@ -273,6 +273,9 @@ class BatchEngine:
         return arriving, leaving
 
     def _fail_members(self, exc: Exception) -> None:
+        """Every sequence not ended yet gets `exc`, and none of them is inserted later."""
+        with self._lock:
+            self._arriving.clear()
         for sequence in self._members:
             sequence.items.put_nowait(exc)
 
