@@ -54,7 +54,7 @@ class RuleIn(BaseModel):
     pattern: str = Field(min_length=1, max_length=255, description="A model id or glob, e.g. 'gpt-*'")
     targets: list[Target] = Field(min_length=1)
     # Rules are tried in ascending position; bounded so it fits SQLite's 64-bit INTEGER.
-    position: int = Field(default=0, ge=0, le=1_000_000)
+    position: int = Field(default=0, ge=-1_000_000, le=1_000_000)
 
 
 def public(backend: RemoteBackend) -> dict[str, Any]:
