@@ -22,7 +22,7 @@ from sqlmodel import Session, col, delete, func, select
 
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
-from mlx_server.records import AuditLog, utcnow
+from mlx_server.records import AuditLog, StoredResponse, utcnow
 from mlx_server.services.operations.audit_search import AuditFilter
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
 
@@ -53,6 +53,33 @@ def audit_retention(session: Session) -> Retention:
     if isinstance(override, int) and 0 <= override <= MAX_RETENTION_DAYS:
         return Retention(days=override, overridden=True)
     return Retention(days=get_settings().audit_retention_days, overridden=False)
+
+
+def delete_older_than(table: type[AuditLog] | type[StoredResponse], retention_days: int) -> int:
+    """Delete `table`'s rows created more than `retention_days` ago (0 keeps everything);
+    returns how many."""
+    if retention_days <= 0:
+        return 0
+    cutoff = utcnow() - timedelta(days=retention_days)
+    with Session(get_engine()) as session:
+        result = session.exec(delete(table).where(col(table.created_at) < cutoff))
+        session.commit()
+    return int(result.rowcount)
+
+
+def prune_by_retention(what: str, prune: Callable[[int], int]) -> int:
+    """A retention job: `prune(days)` with the audit log's retention in force; failures are
+    logged, not raised. Returns how many rows went."""
+    try:
+        with Session(get_engine()) as session:
+            days = audit_retention(session).days
+        deleted = prune(days)
+    except Exception:
+        logger.exception("pruning %s failed", what)
+        return 0
+    if deleted:
+        logger.info("pruned %d %s", deleted, what)
+    return deleted
 
 
 def set_audit_retention(session: Session, days: int | None) -> Retention:
@@ -139,13 +166,7 @@ class AuditService:
 
     def prune(self, retention_days: int) -> int:
         """Delete rows older than `retention_days` (0 keeps everything); returns how many."""
-        if retention_days <= 0:
-            return 0
-        cutoff = utcnow() - timedelta(days=retention_days)
-        with Session(get_engine()) as session:
-            result = session.exec(delete(AuditLog).where(col(AuditLog.created_at) < cutoff))
-            session.commit()
-        return int(result.rowcount)
+        return delete_older_than(AuditLog, retention_days)
 
     @contextmanager
     def listening(self, callback: Callable[[], None]) -> Iterator[None]:
@@ -170,16 +191,7 @@ class AuditService:
 
     def prune_expired(self) -> int:
         """The retention job: prune by the retention in force; failures are logged, not raised."""
-        try:
-            with Session(get_engine()) as session:
-                days = audit_retention(session).days
-            deleted = self.prune(days)
-        except Exception:
-            logger.exception("pruning the audit log failed")
-            return 0
-        if deleted:
-            logger.info("pruned %d audit rows", deleted)
-        return deleted
+        return prune_by_retention("audit rows", self.prune)
 
     def query(
         self,

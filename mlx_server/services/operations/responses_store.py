@@ -7,15 +7,15 @@ request as much as its audit row is) by a scheduled job (see `mlx_server.main`).
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from functools import partial
 from typing import Any, Literal
 
 from sqlmodel import Session, col, delete
 
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
-from mlx_server.records import StoredResponse, utcnow
-from mlx_server.services.operations.audit import audit_retention
+from mlx_server.records import StoredResponse
+from mlx_server.services.operations.audit import delete_older_than, prune_by_retention
 
 logger = logging.getLogger("mlx_server.responses")
 
@@ -95,26 +95,6 @@ def input_items_page(
     }
 
 
-def prune_responses(retention_days: int) -> int:
-    """Delete responses older than `retention_days` (0 keeps everything); returns how many."""
-    if retention_days <= 0:
-        return 0
-    cutoff = utcnow() - timedelta(days=retention_days)
-    with Session(get_engine()) as session:
-        result = session.exec(delete(StoredResponse).where(col(StoredResponse.created_at) < cutoff))
-        session.commit()
-    return int(result.rowcount)
-
-
 def prune_expired_responses() -> int:
     """The retention job: the audit log's retention in force; failures are logged, not raised."""
-    try:
-        with Session(get_engine()) as session:
-            days = audit_retention(session).days
-        deleted = prune_responses(days)
-    except Exception:
-        logger.exception("pruning stored responses failed")
-        return 0
-    if deleted:
-        logger.info("pruned %d stored responses", deleted)
-    return deleted
+    return prune_by_retention("stored responses", partial(delete_older_than, StoredResponse))
