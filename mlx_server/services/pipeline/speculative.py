@@ -28,7 +28,7 @@ The prompt cache (models/prompt_cache.py) and these options:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any, Protocol
 
 import mlx.core as mx
@@ -38,10 +38,9 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.pipeline.constraints import GrammarProcessor
+from mlx_server.services.pipeline.sampling import LogitsProcessor, Sampler
 
 Tokens = Generator[tuple[int, mx.array], None, None]
-Sampler = Callable[[mx.array], mx.array]
-LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 
 class DraftFigures(Protocol):
