@@ -89,7 +89,10 @@ class ModelAdapter(ABC):
         self.tool_parser = tool_parser
         self.thinking_parser = thinking_parser
         self.capabilities = capabilities
-        self._stop_token_ids: list[int] = self._compute_stop_tokens()
+        vocabulary: dict[str, int] = tokenizer.get_vocab()  # built anew by every call: ~10-100 ms
+        # Token ids run from 0 to vocabulary_size - 1 (request checks: logit_bias, prompt ids).
+        self.vocabulary_size = len(vocabulary)
+        self._stop_token_ids: list[int] = self._compute_stop_tokens(vocabulary)
 
     # --- Identity ---
 
@@ -131,12 +134,11 @@ class ModelAdapter(ABC):
     def get_stop_tokens(self) -> list[int]:
         return self._stop_token_ids
 
-    def _compute_stop_tokens(self) -> list[int]:
+    def _compute_stop_tokens(self, vocab: dict[str, int]) -> list[int]:
         ids = set(getattr(self.tokenizer, "eos_token_ids", None) or ())
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if eos is not None:
             ids.add(int(eos))
-        vocab: dict[str, int] = self.tokenizer.get_vocab()
         ids.update(vocab[token] for token in self.stop_token_strings if token in vocab)
         return sorted(ids)
 

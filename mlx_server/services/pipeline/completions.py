@@ -47,7 +47,7 @@ async def generate_completion(
 
 
 def _check_token_ids(loaded: LoadedModel, tokens: list[int]) -> None:
-    vocab = len(loaded.tokenizer.get_vocab())
+    vocab = loaded.chat.vocabulary_size
     if any(not 0 <= t < vocab for t in tokens):
         raise APIError(
             400, f"The prompt has token ids outside the vocabulary (0..{vocab - 1}).", param="prompt"

@@ -159,7 +159,7 @@ def max_tokens_for(
 
 
 def check_logit_bias(loaded: LoadedModel, params: GenerationParams) -> None:
-    vocab = len(loaded.tokenizer.get_vocab())
+    vocab = loaded.chat.vocabulary_size
     bad = [t for t in params.sampling.logit_bias or {} if not 0 <= t < vocab]
     if bad:
         raise APIError(
