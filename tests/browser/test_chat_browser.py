@@ -251,7 +251,9 @@ def test_a_reply_streams_stops_regenerates_resends_after_an_edit_and_survives_a_
     with browse(live_server, chromium) as page:
         page.add_init_script(RECORD_STREAM_LENGTHS)
         _new_chat(page, live_server)
-        _set_parameters(page, max_tokens=24)
+        # Four short replies (the first, its regeneration, the edit's two): 12 tokens each
+        # stream in several pieces, which is all these steps check of a reply's text.
+        _set_parameters(page, max_tokens=12)
         _stream_a_reply(page, live_server)
         _regenerate(page)
         _edit_first_and_resend(page)
@@ -266,7 +268,8 @@ def test_the_agent_loop_shows_the_calculator_card_its_result_and_the_answer(
 ) -> None:
     with browse(live_server, chromium) as page:
         _new_chat(page, live_server)
-        _set_parameters(page, max_tokens=40, calculator=True)
+        # The call (about 20 tokens) fits, and the answer after it needs only to be there.
+        _set_parameters(page, max_tokens=24, calculator=True)
         _send(page, "What is 12 times 7?")
 
         card = page.locator("#messages .tool-card").filter(has_text="calculator").first
@@ -335,7 +338,8 @@ def test_a_reply_outlives_its_page_and_a_restart_keeps_it_marked_interrupted(
         with browse(server.url, chromium) as page:
             _new_chat(page, server.url)
             page.get_by_role("main").get_by_label("Model").select_option("smol-2")
-            _set_parameters(page, max_tokens=90)
+            # Long enough to still be growing after the page is closed and opened again.
+            _set_parameters(page, max_tokens=60)
             _send(page, "Write a long story about a dragon.")
             page.wait_for_url(re.compile(re.escape(server.url) + r"/chat/\d+$"))
             expect(_conversation_links(page)).to_have_count(1)
