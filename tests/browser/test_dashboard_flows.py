@@ -53,7 +53,8 @@ def _search_and_download(page: Page, hub: HubServer) -> None:
     expect(result.locator(".badge")).to_have_text("fits")
     expect(result).to_contain_text("4-bit")
 
-    hub.throttle_bps = 25 * MB  # the weights take ~5 s: several progress updates reach the page
+    # The weights take ~2 s: about eight progress updates (4 a second) reach the page.
+    hub.throttle_bps = 60 * MB
     result.get_by_role("button", name="Download").click()
     download = page.locator("tr.download").filter(has_text=SMOLLM_REPO)
     expect(download).to_be_visible(timeout=5 * SECONDS)

@@ -52,7 +52,7 @@ def _attribute(html: str, name: str) -> str:
 def test_any_watching_page_gets_each_download_row_over_sse(
     hub: HubServer, hub_cache: Path, live_server: str
 ) -> None:
-    hub.throttle_bps = 30 * MB  # ~4 s, so progress arrives in several events
+    hub.throttle_bps = 60 * MB  # ~2 s, so progress arrives in about eight events (4 a second)
     seen: list[tuple[str, str]] = []
     deadline = time.monotonic() + 90
     with (
@@ -88,7 +88,7 @@ def test_killed_server_resumes_the_download_after_a_restart(
         "MLX_MANAGER_IMPORT_DEFAULT_MODEL": "false",
     }
     log = tmp_path / "serve.log"
-    hub.throttle_bps = 3 * MB
+    hub.throttle_bps = 10 * MB  # 8 MB in under a second; the rest would take another ten
     first = ServerProcess(home, log, env)
     first.start()
     try:
