@@ -48,7 +48,7 @@ test: lint
 
 # Speed checks (minutes; not part of make test): results go to docs/benchmarks.md.
 bench: install-dev
-	$(BIN)/python -m mlx_server.benchmark.decode --tokens 128 --runs 3 --write docs/benchmarks.md
+	$(BIN)/python -m mlx_server.benchmark.decode --tokens 128 --runs 9 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.structured --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.ui_stream --tokens 128 --runs 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.concurrency --tokens 64 --runs 3 --rounds 3 --write docs/benchmarks.md

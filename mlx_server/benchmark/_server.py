@@ -63,11 +63,14 @@ def stream_chat(
 
 
 def alternate(runs: int, **paths: Callable[[], Run]) -> dict[str, list[Run]]:
-    """`runs` rounds of every path in turn, so drift affects them alike; prints each round."""
+    """`runs` rounds of every path in turn, so drift affects them alike; the order rotates each
+    round, so no path always runs right after the same other one. Prints each round."""
     results: dict[str, list[Run]] = {name: [] for name in paths}
+    names = list(paths)
     for i in range(runs):
-        for name, run in paths.items():
-            results[name].append(run())
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            results[name].append(paths[name]())
         rates = ", ".join(f"{name} {done[-1].decode_tps:.2f}" for name, done in results.items())
         print(f"run {i + 1}: {rates} tok/s")
     return results

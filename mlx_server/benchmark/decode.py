@@ -7,7 +7,7 @@ the median of each is reported. The raw loop runs twice: on the model as `mlx_lm
 and on the weights the server runs (float32 on a CPU with OpenBLAS, models/cpu_weights.py), so
 the server's own overhead and what the float32 load gains are both visible.
 
-    python -m mlx_server.benchmark.decode [--tokens 128] [--runs 3] [--write docs/benchmarks.md]
+    python -m mlx_server.benchmark.decode [--tokens 128] [--runs 9] [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -59,16 +59,22 @@ def _row(label: str, runs: list[Run]) -> str:
     return f"| {label} | {tps:.2f} | {statistics.median(r.ttft_s for r in runs):.2f} s | {runs[0].tokens} |"
 
 
+def _paired(served: list[Run], raw: list[Run]) -> tuple[float, float, float]:
+    """Server / raw of each round (the two ran back to back), as median, lower and upper quartile."""
+    ratios = [s.decode_tps / r.decode_tps for s, r in zip(served, raw, strict=True)]
+    low, median, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return median, low, high
+
+
 def report(stored: list[Run], raw: list[Run], served: list[Run], max_tokens: int) -> str:
-    raw_tps = statistics.median(r.decode_tps for r in raw)
-    server_tps = statistics.median(r.decode_tps for r in served)
+    median, low, high = _paired(served, raw)
     stored_tps = statistics.median(r.decode_tps for r in stored)
-    ratio = server_tps / raw_tps
-    verdict = "meets" if ratio >= 0.95 else "misses"
+    server_tps = statistics.median(r.decode_tps for r in served)
+    verdict = "meets" if median >= 0.95 else "misses"
     lines = [
         run_line(),
         f"Model {DEFAULT_MODEL_ID} (GGUF Q4_1 imported), greedy, max_tokens {max_tokens}, "
-        f"{len(raw)} runs each, medians.",
+        f"{len(raw)} rounds (the order rotates each round), medians.",
         "",
         "| path | decode tokens/s | time to first token | tokens |",
         "|---|---|---|---|",
@@ -76,16 +82,20 @@ def report(stored: list[Run], raw: list[Run], served: list[Run], max_tokens: int
         _row("raw `mlx_lm.stream_generate`, the weights the server runs", raw),
         _row("server, `/v1/chat/completions` stream", served),
         "",
-        f"Server / raw on the same weights: **{ratio:.1%}** ({verdict} the 95 % target). Server / raw "
-        f"as loaded by mlx-lm: **{server_tps / stored_tps:.1%}** (the float32 load on a CPU with "
-        "OpenBLAS; equal where it does not apply). The server's time to first token is with its "
-        "prompt cache warm (the same prompt each run); the raw loop prefills from scratch every time.",
+        f"Server / raw on the same weights, per round: median **{median:.1%}** (quartiles "
+        f"{low:.1%}-{high:.1%}; {verdict} the 95 % target). Server / raw as loaded by mlx-lm: "
+        f"**{server_tps / stored_tps:.1%}** (the float32 load on a CPU with OpenBLAS; equal where it "
+        "does not apply). On this 2-core CPU build the model's matrix products keep both cores busy, "
+        "so every cycle the server and the benchmark's HTTP client spend per token comes out of "
+        "decoding; single runs swing by about 10 %, hence rounds and paired ratios. The server's time "
+        "to first token is with its prompt cache warm (the same prompt each run); the raw loop "
+        "prefills from scratch every time.",
     ]
     return "\n".join(lines)
 
 
 def main() -> None:
-    args = bench_arguments(__doc__, "update this markdown file's decode section", tokens=128, runs=3)
+    args = bench_arguments(__doc__, "update this markdown file's decode section", tokens=128, runs=9)
 
     with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, running_server(Path(tmp)) as url:
         stream_chat(url, MESSAGES, 4)  # loads the model in the server
