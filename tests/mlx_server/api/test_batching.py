@@ -56,14 +56,20 @@ def _reply(oai: openai.OpenAI, topic: str, **options: Any) -> Any:
     return oai.chat.completions.create(model=MODEL, messages=_ask(topic), **options)
 
 
+# Six tokens each: a batch that mixed up sequences, caches or masks shows it from the first token.
+STORY_TOKENS = 6
+
+
 def _completed(oai: openai.OpenAI, topic: str) -> str:
-    reply = oai.completions.create(model=MODEL, prompt=f"A story about {topic}:", temperature=0, max_tokens=8)
+    reply = oai.completions.create(
+        model=MODEL, prompt=f"A story about {topic}:", temperature=0, max_tokens=STORY_TOKENS
+    )
     return reply.choices[0].text
 
 
 def _completed_streaming(oai: openai.OpenAI, topic: str) -> str:
     chunks = oai.completions.create(
-        model=MODEL, prompt=f"A story about {topic}:", stream=True, temperature=0, max_tokens=8
+        model=MODEL, prompt=f"A story about {topic}:", stream=True, temperature=0, max_tokens=STORY_TOKENS
     )
     return "".join(c.choices[0].text for c in chunks if c.choices)
 
