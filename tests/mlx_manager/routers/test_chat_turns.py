@@ -19,7 +19,9 @@ from tests.support import csrf_headers
 LONG = {
     "model_id": "smol",
     "temperature": "0",
-    "max_tokens": "80",
+    # About five seconds of reply here: it is still running well after it was saved twice
+    # (every 0.5 s), when the tests open the page or stop the app.
+    "max_tokens": "48",
     "content": "Write a long story about a dragon.",
 }
 
