@@ -124,7 +124,7 @@ def test_twenty_clients_with_random_disconnects_and_retries(
                 stream.close()
             # Every client (again, after a disconnect) asks to completion; retries on 503.
             retrying = oai.with_options(max_retries=5)
-            reply = retrying.completions.create(model=MODEL, prompt=prompt, temperature=0, max_tokens=2)
+            reply = retrying.completions.create(model=MODEL, prompt=prompt, temperature=0, max_tokens=4)
             with lock:
                 completed.append(reply.choices[0].finish_reason or "")
         except BaseException as exc:
