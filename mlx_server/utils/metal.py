@@ -2,8 +2,10 @@
 
 Metal command queues have thread affinity, and one thread also makes requests queue
 fairly (FIFO) instead of contending for the GPU. Async callers submit a function, or a
-generator factory whose items are produced one job per item. The MLX cache is cleared after
-every function job and at the end of every stream; an abandoned stream stops at the next item.
+generator factory whose items are produced one job per item; a held stream (the continuous
+batch) keeps the thread from item to item while no other job waits, and gives it up after the
+current item when one does. The MLX cache is cleared after every function job and at the end of
+every stream; an abandoned stream stops at the next item.
 
 A stream's generator belongs to the thread: it is created, advanced and closed there only.
 mlx-lm's `generate_step` holds an `mx.stream(...)` context across its yields, and MLX refuses
@@ -19,7 +21,8 @@ import itertools
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import mlx.core as mx
@@ -27,6 +30,14 @@ import mlx.core as mx
 T = TypeVar("T")
 
 _DONE = object()
+_PAUSED = object()  # a held stream's job gave the thread up: another job was waiting
+
+
+@dataclass(frozen=True)
+class _Raised:
+    """A held stream's generator failed on the MLX thread with `error`."""
+
+    error: BaseException
 
 
 class _Consumer:
@@ -39,6 +50,20 @@ class MetalThread:
         # The streams' generators that are open, by stream; touched on the MLX thread only.
         self._open: dict[int, Iterator[Any]] = {}
         self._keys = itertools.count()
+        # Jobs submitted and not started yet: a held stream gives the thread up when one waits.
+        self._waiting = 0
+        self._waiting_lock = threading.Lock()
+
+    def _submit(self, fn: Callable[[], T]) -> Future[T]:
+        with self._waiting_lock:
+            self._waiting += 1
+
+        def job() -> T:
+            with self._waiting_lock:
+                self._waiting -= 1
+            return fn()
+
+        return self._executor.submit(job)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the MLX thread and return its result (or raise its exception)."""
@@ -49,15 +74,20 @@ class MetalThread:
             finally:
                 mx.clear_cache()
 
-        return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+        return await asyncio.wrap_future(self._submit(job))
 
-    async def stream(self, make_items: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
-        """Iterate `make_items()` on the MLX thread, one job per item, yielding each item here.
+    async def stream(
+        self, make_items: Callable[[], Iterator[T]], *, hold: bool = False
+    ) -> AsyncGenerator[T, None]:
+        """Iterate `make_items()` on the MLX thread, yielding each item here.
 
-        One job per item lets concurrent streams interleave token by token in arrival order,
-        so a long generation does not hold off the next request until it ends. Closing the
-        async iterator early (a client disconnect) closes the generator in the next job and
-        frees the thread; a stream whose first job has not started yet never starts.
+        By default one job per item: concurrent streams interleave token by token in arrival
+        order, so a long generation does not hold off the next request until it ends. With
+        `hold`, a job goes on from item to item while no other job waits (the continuous batch:
+        its steps then follow each other without a round trip through the event loop per token)
+        and ends after the current item when one does. Closing the async iterator early (a
+        client disconnect) closes the generator in the next job and frees the thread; a stream
+        whose first job has not started yet never starts.
         """
         key = next(self._keys)
 
@@ -79,20 +109,59 @@ class MetalThread:
         consumer = _Consumer()
         close = weakref.finalize(consumer, self._close_later, key)
         close.atexit = False  # at exit, shutdown() closes what is open
-        loop = asyncio.get_running_loop()
         try:
-            while (item := await loop.run_in_executor(self._executor, step)) is not _DONE:
-                yield item  # type: ignore[misc]  # every item but _DONE is a T from make_items
+            if hold:
+                async for item in self._held(step):
+                    yield item  # type: ignore[misc]  # every item but the markers is a T
+            else:
+                while (item := await asyncio.wrap_future(self._submit(step))) is not _DONE:
+                    yield item  # type: ignore[misc]  # every item but _DONE is a T from make_items
         finally:
             # Queued, not awaited: a cancelled or collected consumer cannot wait for it, and the
             # executor runs it right after the step in flight.
             close()
 
+    async def _held(self, step: Callable[[], object]) -> AsyncGenerator[object, None]:
+        """`step()`'s items, from jobs that each run steps while no other job waits; the items
+        reach the event loop as they come, through a queue."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        stop = threading.Event()  # the consumer is gone: the job in flight ends after its item
+
+        def post(value: object) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody listens any more
+                loop.call_soon_threadsafe(queue.put_nowait, value)
+
+        def steps_while_alone() -> None:
+            try:
+                while not stop.is_set():
+                    item = step()
+                    post(item)
+                    if item is _DONE:
+                        return
+                    if self._waiting:
+                        break
+                post(_PAUSED)
+            except BaseException as exc:  # the generator's error, raised on the consumer's side
+                post(_Raised(exc))
+
+        self._submit(steps_while_alone)
+        try:
+            while (value := await queue.get()) is not _DONE:
+                if value is _PAUSED:
+                    self._submit(steps_while_alone)  # behind the job that was waiting
+                elif isinstance(value, _Raised):
+                    raise value.error
+                else:
+                    yield value
+        finally:
+            stop.set()
+
     def _close_later(self, key: int) -> None:
         """Queue the close of stream `key`'s generator. After shutdown() there is nothing to do:
         shutdown closed every open generator on the thread."""
         with contextlib.suppress(RuntimeError):  # executor already shut down
-            self._executor.submit(self._close, key)
+            self._submit(lambda: self._close(key))
 
     def _close(self, key: int) -> None:
         """On the MLX thread: close the stream's generator (if still open) and clear the cache."""
@@ -118,8 +187,8 @@ class MetalThread:
         active exception"), so every MetalThread is shut down this way before threads join.
         """
         with contextlib.suppress(RuntimeError):  # already shut down
-            self._executor.submit(self._close_all)
-            self._executor.submit(_release_thread_streams)
+            self._submit(self._close_all)  # counted as waiting: a held stream gives the thread up
+            self._submit(_release_thread_streams)
         self._executor.shutdown(wait=True)
 
 
@@ -159,5 +228,7 @@ async def run_on_metal_thread(fn: Callable[[], T]) -> T:
     return await get_metal_thread().run(fn)
 
 
-def stream_on_metal_thread(make_items: Callable[[], Iterator[T]]) -> AsyncGenerator[T, None]:
-    return get_metal_thread().stream(make_items)
+def stream_on_metal_thread(
+    make_items: Callable[[], Iterator[T]], *, hold: bool = False
+) -> AsyncGenerator[T, None]:
+    return get_metal_thread().stream(make_items, hold=hold)

@@ -3,11 +3,12 @@
 Every running generation of a model decodes in one batched step of mlx-lm's `BatchGenerator`:
 each sequence keeps its own sampler (its own PRNG key, so `seed` reproduces), logits processors
 (penalties, biases, the grammar), stop tokens and KV cache, and new requests join between
-steps. A step is one job on the MLX thread (`utils/metal.py`), so embeddings, speech and solo
-streams still interleave with it; each step decodes one token for every running sequence and
-prefills at most one chunk (MLX_SERVER_PREFILL_CHUNK_TOKENS) of the prompts waiting to join, so
-a long prompt no longer freezes the others' output, and short prompts arriving together are
-prefilled together. A cancelled request (client gone, timeout) leaves at the next step, also
+steps. The batch keeps the MLX thread (`utils/metal.py`, a held stream) from step to step while
+no other job waits, so its steps follow each other without a round trip through the event loop
+per token; embeddings, speech and solo streams that arrive run after the current step. Each
+step decodes one token for every running sequence and prefills at most one chunk
+(MLX_SERVER_PREFILL_CHUNK_TOKENS) of the prompts waiting to join, so a long prompt no longer
+freezes the others' output, and short prompts arriving together are prefilled together. A cancelled request (client gone, timeout) leaves at the next step, also
 in the middle of its prefill.
 
 Threads: `submit` and `cancel` run on the event loop and hand sequences over under a lock; the
@@ -284,7 +285,7 @@ class BatchEngine:
         the next run."""
         try:
             while True:
-                async for items in stream_on_metal_thread(lambda: _Run(self).steps()):
+                async for items in stream_on_metal_thread(lambda: _Run(self).steps(), hold=True):
                     for sequence, item in items:
                         sequence.items.put_nowait(item)
                 with self._lock:

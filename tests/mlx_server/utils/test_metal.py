@@ -46,7 +46,8 @@ def test_exceptions_reach_the_caller_with_their_type(runner: MetalThread) -> Non
         asyncio.run(runner.run(fails))
 
 
-def test_stream_yields_in_order_then_raises_the_generators_error(runner: MetalThread) -> None:
+@pytest.mark.parametrize("hold", [False, True])
+def test_stream_yields_in_order_then_raises_the_generators_error(runner: MetalThread, hold: bool) -> None:
     def items() -> Iterator[int]:
         yield from range(3)
         raise RuntimeError("out of memory")
@@ -54,7 +55,7 @@ def test_stream_yields_in_order_then_raises_the_generators_error(runner: MetalTh
     async def main() -> list[int]:
         seen = []
         with pytest.raises(RuntimeError, match="out of memory"):
-            async for item in runner.stream(items):
+            async for item in runner.stream(items, hold=hold):
                 seen.append(item)
         return seen
 
@@ -96,6 +97,55 @@ def test_concurrent_streams_take_turns_item_by_item(runner: MetalThread) -> None
     assert order.index("a1") < order.index("b4")
 
 
+def test_a_held_stream_goes_on_from_item_to_item_without_waiting_for_its_consumer(
+    runner: MetalThread,
+) -> None:
+    made_at: list[float] = []
+
+    def items() -> Iterator[int]:
+        for i in range(5):
+            made_at.append(time.monotonic())
+            yield i
+
+    async def main() -> list[tuple[int, float]]:
+        taken = []
+        async for item in runner.stream(items, hold=True):
+            taken.append((item, time.monotonic()))
+            await asyncio.sleep(0.05)  # a slow consumer
+        return taken
+
+    taken = asyncio.run(main())
+    assert [item for item, _ in taken] == list(range(5))
+    # All five were made before the consumer took its third: no job per item, no round trip.
+    assert made_at[-1] < taken[2][1]
+
+
+def test_a_held_stream_lets_a_waiting_job_run_after_its_current_item(runner: MetalThread) -> None:
+    def slow_items() -> Iterator[int]:
+        for i in range(50):
+            time.sleep(0.01)  # a batch step
+            yield i
+
+    async def main() -> tuple[int, list[int]]:
+        seen: list[int] = []
+
+        async def consume() -> None:
+            async for item in runner.stream(slow_items, hold=True):
+                seen.append(item)
+
+        consumer = asyncio.ensure_future(consume())
+        while not seen:
+            await asyncio.sleep(0.005)
+        await runner.run(lambda: None)  # an embedding request, say
+        taken_when_it_ran = len(seen)
+        await consumer
+        return taken_when_it_ran, seen
+
+    taken_when_it_ran, seen = asyncio.run(main())
+    assert seen == list(range(50))  # the stream went on after the job
+    assert taken_when_it_ran < 10  # the job waited for an item or two, not for the 50
+
+
 def test_mlx_cache_is_cleared_when_a_stream_ends(runner: MetalThread) -> None:
     def allocations() -> Iterator[float]:
         for _ in range(2):
@@ -113,8 +163,9 @@ def test_mlx_cache_is_cleared_when_a_stream_ends(runner: MetalThread) -> None:
     assert after == 0
 
 
+@pytest.mark.parametrize("hold", [False, True])
 def test_abandoned_model_stream_frees_the_thread_within_two_seconds(
-    runner: MetalThread, smollm: tuple[Any, Any]
+    runner: MetalThread, smollm: tuple[Any, Any], hold: bool
 ) -> None:
     model, tokenizer = smollm
     prompt = tokenizer.apply_chat_template(
@@ -130,7 +181,7 @@ def test_abandoned_model_stream_frees_the_thread_within_two_seconds(
             yield response.text
 
     async def main() -> float:
-        stream = runner.stream(generate)
+        stream = runner.stream(generate, hold=hold)
         received = []
         async for text in stream:
             received.append(text)
@@ -193,13 +244,14 @@ def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@pytest.mark.parametrize("hold", [False, True])
 def test_a_generation_still_open_at_shutdown_is_closed_on_the_mlx_thread(
-    smollm: tuple[Any, Any], unraisable: list[str]
+    smollm: tuple[Any, Any], unraisable: list[str], hold: bool
 ) -> None:
     runner, closed_on = MetalThread(), list[str]()
 
     async def main() -> None:
-        stream = runner.stream(_story_steps(smollm, closed_on))
+        stream = runner.stream(_story_steps(smollm, closed_on), hold=hold)
         await anext(stream)
         runner.shutdown()  # the process exits while a client still streams
         await stream.aclose()
@@ -209,8 +261,9 @@ def test_a_generation_still_open_at_shutdown_is_closed_on_the_mlx_thread(
     assert closed_on == ["mlx-metal_0"] and unraisable == []
 
 
+@pytest.mark.parametrize("hold", [False, True])
 def test_a_stream_dropped_without_its_finally_is_closed_on_the_mlx_thread(
-    runner: MetalThread, smollm: tuple[Any, Any], unraisable: list[str]
+    runner: MetalThread, smollm: tuple[Any, Any], unraisable: list[str], hold: bool
 ) -> None:
     closed_on: list[str] = []
 
@@ -218,7 +271,7 @@ def test_a_stream_dropped_without_its_finally_is_closed_on_the_mlx_thread(
         # A loop whose async-generator finalizer does not close what it is given (as a loop
         # that is already closed): the stream's own finally never runs.
         sys.set_asyncgen_hooks(finalizer=lambda agen: None)
-        stream = runner.stream(_story_steps(smollm, closed_on))
+        stream = runner.stream(_story_steps(smollm, closed_on), hold=hold)
         await anext(stream)
         del stream
         gc.collect()
