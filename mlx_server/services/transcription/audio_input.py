@@ -19,7 +19,6 @@ from typing import Any
 
 import miniaudio
 import numpy as np
-from mlx_audio.resample import resample_audio_array
 
 from mlx_server.errors import APIError
 
@@ -163,6 +162,9 @@ def _resampled(
     halo: int,
 ) -> np.ndarray[Any, np.dtype[np.float32]]:
     """Output samples of input frames [core_start, core_end), from the buffer starting at `start`."""
+    # Imported here: it loads scipy.signal, ~1 s of every server start that transcribes nothing.
+    from mlx_audio.resample import resample_audio_array
+
     gcd = math.gcd(rate, SAMPLE_RATE)
     up, down = SAMPLE_RATE // gcd, rate // gcd
     read_start = max(start, core_start - halo)
