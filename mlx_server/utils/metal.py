@@ -111,8 +111,9 @@ class MetalThread:
         close.atexit = False  # at exit, shutdown() closes what is open
         try:
             if hold:
-                async for item in self._held(step):
-                    yield item  # type: ignore[misc]  # every item but the markers is a T
+                async with contextlib.aclosing(self._held(step)) as held:  # stops its job at once
+                    async for item in held:
+                        yield item  # type: ignore[misc]  # every item but the markers is a T
             else:
                 while (item := await asyncio.wrap_future(self._submit(step))) is not _DONE:
                     yield item  # type: ignore[misc]  # every item but _DONE is a T from make_items
