@@ -8,8 +8,9 @@ no other job waits, so its steps follow each other without a round trip through 
 per token; embeddings, speech and solo streams that arrive run after the current step. Each
 step decodes one token for every running sequence and prefills at most one chunk
 (MLX_SERVER_PREFILL_CHUNK_TOKENS) of the prompts waiting to join, so a long prompt no longer
-freezes the others' output, and short prompts arriving together are prefilled together. A cancelled request (client gone, timeout) leaves at the next step, also
-in the middle of its prefill.
+freezes the others' output, and short prompts arriving together are prefilled together. A
+cancelled request (client gone, timeout) leaves at the next step, also in the middle of its
+prefill.
 
 Threads: `submit` and `cancel` run on the event loop and hand sequences over under a lock; the
 `BatchGenerator` and the KV caches are only touched on the MLX thread, by one `_Run` (one
