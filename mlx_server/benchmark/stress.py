@@ -207,7 +207,7 @@ async def _drained(url: str) -> bool:
             pool = (await client.get("/v1/admin/pool")).json()
             if pool["pending_requests"] == 0 and all(m["active_requests"] == 0 for m in pool["models"]):
                 return True
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.1)
     return False
 
 
@@ -221,7 +221,7 @@ def _audit(url: str, since: datetime, tally: Tally) -> None:
         total = page["total"]
         if total >= tally.sent or time.monotonic() > stop:
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     for offset in range(0, total, 500):
         page = httpx.get(f"{url}/v1/admin/audit", params={**params, "offset": offset}, timeout=30).json()
         ids.update(row["request_id"] for row in page["data"])
