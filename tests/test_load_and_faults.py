@@ -230,7 +230,10 @@ def test_kill_9_mid_traffic_loses_nothing_acknowledged_and_one_server_holds_a_ho
             thread.join(timeout=30)
     assert first.process.wait(timeout=10) == -signal.SIGKILL
     assert not traffic.errors, traffic.errors
-    assert {"_requests", "_settings"} <= set(traffic.cut_off)  # killed mid-request and mid-save
+    # Killed mid-request: a reply takes far longer than the kill. A settings save takes a few ms,
+    # so the kill, sent while one was in flight, can still land just after its answer (seen once
+    # in CI); whether it cut one off is printed, and the checks below hold either way.
+    assert "_requests" in traffic.cut_off
 
     restarted = ServerProcess(smol_home, tmp_path / "restarted.log", env=env)
     restarted.start()  # the kernel released the dead server's lock: no stale lock
