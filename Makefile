@@ -42,9 +42,12 @@ lint: install-dev
 # instead of one working through a committed chunk of long tests while the other waits.
 TEST_WORKERS ?= 2
 
-# One OpenBLAS thread per worker: the two workers already use both cores.
+# One OpenBLAS thread per worker: the two workers already use both cores. No huge pages for
+# model weights (utils/huge_pages.py): their collapse costs ~0.5 s of CPU per load, which a
+# server repays within seconds of decoding but the suite's many short-lived servers never do
+# (+40-70 s on the suite); tests/mlx_server/models/test_cpu_weights.py turns them on to check them.
 test: lint
-	OPENBLAS_NUM_THREADS=1 $(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 1
+	OPENBLAS_NUM_THREADS=1 MLX_SERVER_CPU_HUGE_PAGES=false $(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 1
 
 # Speed checks (minutes; not part of make test): results go to docs/benchmarks.md.
 bench: install-dev

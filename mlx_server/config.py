@@ -44,6 +44,9 @@ class MLXServerSettings(BaseSettings):
     # take at most this many MiB are loaded dequantized: float32 products run ~100x faster than
     # MLX's CPU quantized kernel there. 0 keeps every model as stored. No effect on Metal.
     cpu_float_weights_max_mb: int = Field(default=4096, ge=0)
+    # On a CPU device under Linux, a text model's weights are put on transparent huge pages after
+    # loading (utils/huge_pages.py): fewer TLB misses while decoding reads them all.
+    cpu_huge_pages: bool = True
     # Speculative decoding (a model with a draft model): tokens the draft proposes per step of
     # the target model (mlx-lm's speculative_generate_step default).
     num_draft_tokens: int = Field(default=2, ge=1, le=16)

@@ -16,6 +16,7 @@ from typing import Any
 
 from mlx_server.config import get_settings
 from mlx_server.utils.cpu_blas import fast_cpu_blas
+from mlx_server.utils.huge_pages import advise_huge_pages
 
 
 def _tensors(path: Path) -> dict[str, dict[str, Any]]:
@@ -72,8 +73,10 @@ def loaded_bytes_estimate(path: Path, config: dict[str, Any], *, as_text_model: 
 
 
 def load_text_model(path: str) -> tuple[Any, Any]:
-    """mlx-lm's load, then dequantized to float32 where `_dequantized_bytes` says so."""
+    """mlx-lm's load, then dequantized to float32 where `_dequantized_bytes` says so; on a CPU
+    device the weights go on huge pages (utils/huge_pages.py)."""
     import mlx.core as mx
+    from mlx.utils import tree_flatten
     from mlx_lm import load
     from mlx_lm.utils import dequantize_model
 
@@ -82,6 +85,8 @@ def load_text_model(path: str) -> tuple[Any, Any]:
         model = dequantize_model(model)
         model.set_dtype(mx.float32)  # half-precision products are 10-40x slower on this backend
         mx.eval(model.parameters())
+    if mx.default_device() == mx.cpu and get_settings().cpu_huge_pages:
+        advise_huge_pages(array for _, array in tree_flatten(model.parameters()))
     return model, tokenizer
 
 

@@ -1,8 +1,10 @@
-"""Text models on a CPU with OpenBLAS: loaded as float32, counted at their float32 size, and
-left as stored when the setting says so."""
+"""Text models on a CPU with OpenBLAS: loaded as float32, counted at their float32 size, put on
+huge pages, and left as stored when the setting says so."""
 
 from __future__ import annotations
 
+import platform
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -13,6 +15,7 @@ from mlx_server.config import reset_settings
 from mlx_server.models.cpu_weights import load_text_model, loaded_bytes_estimate
 from mlx_server.models.detection import read_config
 from mlx_server.utils.cpu_blas import fast_cpu_blas
+from mlx_server.utils.huge_pages import buffer_span, huge_page_ranges
 from mlx_server.utils.memory import active_memory_bytes
 
 pytestmark = pytest.mark.skipif(
@@ -48,3 +51,49 @@ def test_a_zero_limit_keeps_the_model_as_stored(smollm_dir: Path, monkeypatch: p
     finally:
         monkeypatch.delenv("MLX_SERVER_CPU_FLOAT_WEIGHTS_MAX_MB")
         reset_settings()
+
+
+def _huge_page_bytes(spans: list[tuple[int, int]]) -> int:
+    """AnonHugePages of this process's mappings that hold any of `spans`, from /proc/self/smaps."""
+    total, holds = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms ..."
+            low, high = (int(x, 16) for x in head.split("-"))
+            holds = any(start < high and end > low for start, end in spans)
+        elif holds and head == "AnonHugePages:":
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def _thp_collapse_available() -> bool:
+    modes = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    release = tuple(int(x) for x in platform.release().split(".")[:2] if x.isdigit())
+    return modes.exists() and "[never]" not in modes.read_text() and release >= (6, 1)
+
+
+@pytest.mark.skipif(
+    not _thp_collapse_available(), reason="needs THP (not 'never') and MADV_COLLAPSE (Linux 6.1+)"
+)
+def test_the_float32_weights_are_on_huge_pages(smollm_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as patch:
+        patch.setenv("MLX_SERVER_CPU_HUGE_PAGES", "true")  # the default; `make test` turns it off
+        reset_settings()
+        model, _ = load_text_model(str(smollm_dir))
+    reset_settings()
+    spans = [span for _, a in nn.utils.tree_flatten(model.parameters()) if (span := buffer_span(a))]
+    weights = sum(end - start for start, end in spans)
+    # All but the edges of each run of weights (a 2-MiB page must lie wholly inside it), once the
+    # load's background collapse is through (~0.5 s here).
+    deadline = time.monotonic() + 30
+    while _huge_page_bytes(spans) < 0.8 * weights and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _huge_page_bytes(spans) >= 0.8 * weights
+
+
+def test_huge_page_ranges_keep_whole_pages_inside_runs_of_buffers() -> None:
+    mib = 1 << 20
+    spans = [(1 * mib + 24, 3 * mib), (3 * mib + 64, 7 * mib + 8), (20 * mib, 21 * mib), (40 * mib, 44 * mib)]
+    # The first two are one run (64 bytes apart): pages 2-4 MiB and 4-6 MiB; 20-21 MiB holds no
+    # whole page; 40-44 MiB is two.
+    assert huge_page_ranges(spans) == [(2 * mib, 6 * mib), (40 * mib, 44 * mib)]
