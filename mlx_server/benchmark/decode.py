@@ -59,7 +59,7 @@ def _row(label: str, runs: list[Run]) -> str:
     return f"| {label} | {tps:.2f} | {statistics.median(r.ttft_s for r in runs):.2f} s | {runs[0].tokens} |"
 
 
-def _paired(served: list[Run], raw: list[Run]) -> tuple[float, float, float]:
+def paired(served: list[Run], raw: list[Run]) -> tuple[float, float, float]:
     """Server / raw of each round (the two ran back to back), as median, lower and upper quartile."""
     ratios = [s.decode_tps / r.decode_tps for s, r in zip(served, raw, strict=True)]
     low, median, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
@@ -67,7 +67,7 @@ def _paired(served: list[Run], raw: list[Run]) -> tuple[float, float, float]:
 
 
 def report(stored: list[Run], raw: list[Run], served: list[Run], max_tokens: int) -> str:
-    median, low, high = _paired(served, raw)
+    median, low, high = paired(served, raw)
     stored_tps = statistics.median(r.decode_tps for r in stored)
     server_tps = statistics.median(r.decode_tps for r in served)
     verdict = "meets" if median >= 0.95 else "misses"
