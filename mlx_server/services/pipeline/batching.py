@@ -1,16 +1,17 @@
 """Continuous batching of a text model's generations (issue #14: batching and fair prefill).
 
-Every running generation of a model decodes in one batched step of mlx-lm's `BatchGenerator`:
-each sequence keeps its own sampler (its own PRNG key, so `seed` reproduces), logits processors
-(penalties, biases, the grammar), stop tokens and KV cache, and new requests join between
-steps. The batch keeps the MLX thread (`utils/metal.py`, a held stream) from step to step while
-no other job waits, so its steps follow each other without a round trip through the event loop
-per token; embeddings, speech and solo streams that arrive run after the current step. Each
-step decodes one token for every running sequence and prefills at most one chunk
-(MLX_SERVER_PREFILL_CHUNK_TOKENS) of the prompts waiting to join, so a long prompt no longer
-freezes the others' output, and short prompts arriving together are prefilled together. A
-cancelled request (client gone, timeout) leaves at the next step, also in the middle of its
-prefill.
+Every running generation of a model decodes in one batched step of mlx-lm's `BatchGenerator`,
+except one that is alone: it runs a loop of its own (`Alone`, without the batch's per-step
+cost) until another arrives, then moves into the batch where it stands. Each sequence keeps its
+own sampler (its own PRNG key, so `seed` reproduces), logits processors (penalties, biases, the
+grammar), stop tokens and KV cache, and new requests join between steps. The batch keeps the
+MLX thread (`utils/metal.py`, a held stream) from step to step while no other job waits, so its
+steps follow each other without a round trip through the event loop per token; embeddings,
+speech and solo streams that arrive run after the current step. Each step decodes one token for
+every running sequence and prefills at most one chunk (MLX_SERVER_PREFILL_CHUNK_TOKENS) of the
+prompts waiting to join, so a long prompt no longer freezes the others' output, and short
+prompts arriving together are prefilled together. A cancelled request (client gone, timeout)
+leaves at the next step, also in the middle of its prefill.
 
 Threads: `submit` and `cancel` run on the event loop and hand sequences over under a lock; the
 `BatchGenerator` and the KV caches are only touched on the MLX thread, by one `_Run` (one
@@ -23,31 +24,26 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.sampling import LogitsProcessor, Sampler, make_processors, make_sampler
-from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
+from mlx_server.services.pipeline.sequence import (
+    Alone,
+    BatchedSequence,
+    Progress,
+    start_sequence,
+    token_steps,
+)
+from mlx_server.services.pipeline.token_text import TokenStep
 from mlx_server.utils.metal import stream_on_metal_thread
-
-if TYPE_CHECKING:
-    from mlx_server.services.pipeline.constraints import GrammarProcessor
-    from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
 
 logger = logging.getLogger("mlx_server.batching")
 
 # Prompts prefilled together at most (within the batch size): their chunks are one batched call.
 PREFILL_BATCH = 8
-
-
-def _greedy(logprobs: mx.array) -> mx.array:
-    return mx.argmax(logprobs, axis=-1)
 
 
 def can_batch(loaded: LoadedModel) -> bool:
@@ -60,47 +56,12 @@ def batch_size_for(model_id: str) -> int:
     return settings.model_batch_sizes.get(model_id, settings.max_batch_size)
 
 
-@dataclass(eq=False)
-class BatchedSequence:
-    """One generation in its model's batch. `items` is read on the event loop; the rest is the MLX
-    thread's once the sequence has been handed over."""
-
-    prompt: list[int]
-    params: GenerationParams
-    max_tokens: int
-    constraint: GrammarProcessor | None
-    stats: CompletionStats
-    items: asyncio.Queue[TokenStep | BaseException] = field(default_factory=asyncio.Queue)
-    uid: int = -1
-    detokenizer: Any = None
-    # An error of this sequence's own logits processors (a grammar that lost its way): it ends
-    # this sequence only.
-    error: BaseException | None = None
-
-
-class _Guarded:
-    """A sequence's logits processors as one, catching their errors for that sequence alone:
-    an exception inside the batched step would end every sequence of the batch."""
-
-    def __init__(self, sequence: BatchedSequence, processors: list[LogitsProcessor]) -> None:
-        self.sequence = sequence
-        self.processors = processors
-
-    def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
-        if self.sequence.error is None:
-            try:
-                for processor in self.processors:
-                    logits = processor(tokens, logits)
-            except Exception as exc:  # the sequence is removed after this step
-                self.sequence.error = exc
-        return logits
-
-
 Items = list[tuple[BatchedSequence, TokenStep | BaseException]]
 
 
 class _Run:
-    """The MLX thread's side: one BatchGenerator, stepped while it has sequences."""
+    """The MLX thread's side: a sequence alone runs on its own (`Alone`), several decode in one
+    BatchGenerator; stepped while there are sequences."""
 
     def __init__(self, engine: BatchEngine) -> None:
         self.engine = engine
@@ -114,36 +75,61 @@ class _Run:
         )
         self.stops = StopSequences([[t] for t in loaded.chat.get_stop_tokens()])
         self.running: dict[int, BatchedSequence] = {}
+        self.alone: Alone | None = None
 
     def steps(self) -> Iterator[Items]:
         try:
             while True:
-                refused = self._admit()
-                if not self.running:
-                    if refused:
-                        yield refused
+                items = self._admit()
+                if self.alone is not None:
+                    items += self._step_alone(self.alone)
+                elif self.running:
+                    stepped, healthy = self._advance()
+                    items += stepped
+                    if not healthy:  # the batch's state is unknown: the next run starts afresh
+                        yield items
+                        return
+                else:
+                    if items:
+                        yield items
                     return
-                items, healthy = self._advance()
-                yield refused + items
-                if not healthy:  # the batch's state is unknown: the next run starts afresh
-                    return
+                yield items
                 self.engine.figures = self._figures()
         finally:
             self.engine.figures = {"running": 0, "prefilling": 0, "queued": 0}
             self.generator.close()
 
     def _admit(self) -> Items:
-        """Insert the sequences that arrived, remove those that left; an insert that fails
-        ends its own sequence only."""
+        """Start the sequences that arrived (the first, if alone, runs on its own; with company,
+        that one moves into the batch), remove those that left; a start that fails ends its own
+        sequence only."""
         arriving, leaving = self.engine.hand_over()
-        refused: Items = []
-        for sequence in arriving:
-            if sequence in leaving:
-                continue
+        arriving = [s for s in arriving if s not in leaving]
+        items: Items = []
+        loaded = self.engine.loaded
+        alone = self.alone
+        if alone is not None and alone.sequence in leaving:
+            alone.leave()
+            self.alone = alone = None
+        if alone is None and not self.running and len(arriving) == 1:
             try:
-                self._insert(sequence)
+                self.alone = Alone(loaded, arriving[0], start_sequence(loaded, arriving[0]))
             except Exception as exc:
-                refused.append((sequence, exc))
+                items.append((arriving[0], exc))
+            arriving = []
+        elif alone is not None and arriving:
+            self.alone = None
+            try:
+                items += [(alone.sequence, step) for step in alone.hand_over()]
+                if not alone.finished:
+                    self._insert(alone.sequence, alone.progress)
+            except Exception as exc:  # the cache may be half-updated: it is dropped
+                items.append((alone.sequence, exc))
+        for sequence in arriving:
+            try:
+                self._insert(sequence, start_sequence(loaded, sequence))
+            except Exception as exc:
+                items.append((sequence, exc))
         # By identity: uids start again at 0 in every run, and a sequence of an earlier run may leave.
         gone = [s.uid for s in leaving if self.running.get(s.uid) is s]
         if gone:
@@ -151,26 +137,28 @@ class _Run:
             for uid in gone:
                 del self.running[uid]
             for cache, tokens in kept.values():  # what a cancelled request had already computed
-                self.engine.loaded.prompt_cache.give_back(cache, tokens)
-        return refused
+                loaded.prompt_cache.give_back(cache, tokens)
+        return items
 
-    def _insert(self, sequence: BatchedSequence) -> None:
-        """Join the batch from the longest cached prefix of the prompt."""
-        loaded = self.engine.loaded
-        params = sequence.params
-        cache, reused = loaded.prompt_cache.take(loaded.model, sequence.prompt)
-        sequence.stats.cached_prompt_tokens = reused
-        sequence.detokenizer = detokenizer_for(loaded.tokenizer, params.continuation)
-        sampler: Sampler = _greedy if params.sampling.temperature == 0 else make_sampler(params.sampling)
-        # The grammar goes last: penalties and biases must not revive a token it ruled out.
-        processors = make_processors(params.sampling) + ([sequence.constraint] if sequence.constraint else [])
+    def _step_alone(self, alone: Alone) -> Items:
+        try:
+            steps = alone.advance()
+        except Exception as exc:  # a step that failed midway may have left the cache uneven: dropped
+            self.alone = None
+            return [(alone.sequence, exc)]
+        if alone.finished:
+            self.alone = None
+        return [(alone.sequence, step) for step in steps]
+
+    def _insert(self, sequence: BatchedSequence, progress: Progress) -> None:
+        """Join the batch where `progress` stands."""
         (sequence.uid,) = self.generator.insert(
-            [sequence.prompt[reused:]],
-            max_tokens=[sequence.max_tokens],
-            caches=[cache],
-            all_tokens=[sequence.prompt[:reused]],
-            samplers=[sampler],
-            logits_processors=[[_Guarded(sequence, processors)] if processors else []],
+            [progress.todo],
+            max_tokens=[progress.left],
+            caches=[progress.cache],
+            all_tokens=[progress.fed],
+            samplers=[progress.sampler],
+            logits_processors=[[progress.processors] if progress.processors else []],
             stop_sequences=[self.stops],
         )
         self.running[sequence.uid] = sequence
@@ -191,37 +179,22 @@ class _Run:
         for sequence in failed:
             del self.running[sequence.uid]
             items.append((sequence, sequence.error or RuntimeError("failed")))
+        loaded = self.engine.loaded
         for response in responses:
             member = self.running.get(response.uid)
             if member is None:  # failed above
                 continue
-            items.extend((member, step) for step in self._text(member, response))
+            steps = token_steps(loaded, member, response.token, response.logprobs, response.finish_reason)
+            items.extend((member, step) for step in steps)
             if response.finish_reason is not None:
                 del self.running[response.uid]
-                self.engine.loaded.prompt_cache.give_back(response.prompt_cache, response.all_tokens)
+                loaded.prompt_cache.give_back(response.prompt_cache, response.all_tokens)
         return items, True
 
-    def _text(self, sequence: BatchedSequence, response: Any) -> list[TokenStep]:
-        """The token's text (a stop token has none), and the finish after the last one."""
-        detokenizer = sequence.detokenizer
-        token: int = response.token
-        if response.finish_reason == "stop":  # one of the model's end-of-turn tokens
-            detokenizer.finalize()
-            return [TokenStep(detokenizer.last_segment, None, "stop")]
-        detokenizer.add_token(token)
-        top = sequence.params.top_logprobs
-        logprob = (
-            None
-            if top is None
-            else token_logprob(self.engine.loaded.tokenizer, token, response.logprobs, top)
-        )
-        steps = [TokenStep(detokenizer.last_segment, logprob, None)]
-        if response.finish_reason == "length":
-            detokenizer.finalize()
-            steps.append(TokenStep(detokenizer.last_segment, None, "length"))
-        return steps
-
     def _figures(self) -> dict[str, int]:
+        if self.alone is not None:
+            decoding = int(self.alone.pending is not None)
+            return {"running": decoding, "prefilling": 1 - decoding, "queued": 0}
         generator = self.generator
         decoding = len(generator._generation_batch)  # mlx-lm exposes no public counts
         prefilling = len(generator._prompt_batch)

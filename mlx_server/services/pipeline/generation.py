@@ -23,10 +23,11 @@ from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.batching import BatchedSequence, batched_steps, can_batch
+from mlx_server.services.pipeline.batching import batched_steps, can_batch
 from mlx_server.services.pipeline.constraints import GrammarProcessor
 from mlx_server.services.pipeline.events import FinishReason, TokenLogprob, Usage
 from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
+from mlx_server.services.pipeline.sequence import BatchedSequence
 from mlx_server.services.pipeline.speculative import (
     drafts_for,
     kv_quantization,

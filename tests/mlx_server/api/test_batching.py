@@ -176,6 +176,39 @@ def test_the_same_seed_gives_the_same_text_inside_a_batch(oai: openai.OpenAI) ->
     assert first == second == alone
 
 
+def test_a_stream_joined_midway_goes_on_as_it_would_have_alone(
+    oai: openai.OpenAI, inference_server: ServerProcess
+) -> None:
+    """A request alone decodes outside the batch; when a second one arrives it moves into the
+    batch with its cache and the token it had sampled. Seeded sampling shows any draw lost or
+    repeated on the way."""
+    options = {"temperature": 0.9, "max_tokens": 24, "seed": 7}
+    alone = _streamed(oai, "a lighthouse", **options)
+    other_alone = _streamed(oai, "owls", temperature=0, max_tokens=8)
+    joined = threading.Event()
+
+    def first() -> str:
+        chunks = oai.chat.completions.create(
+            model=MODEL, messages=_ask("a lighthouse"), stream=True, **options
+        )
+        text = []
+        for chunk in chunks:
+            if chunk.choices and chunk.choices[0].delta.content:
+                text.append(chunk.choices[0].delta.content)
+                if len(text) == 3:
+                    joined.set()
+        return "".join(text)
+
+    def second() -> str:
+        assert joined.wait(60)
+        return _streamed(oai, "owls", temperature=0, max_tokens=8)
+
+    with _Watch(inference_server) as watch:
+        texts = _together([first, second])
+    assert texts == [alone, other_alone]
+    assert watch.most == 2  # the second joined the first in one batch
+
+
 def test_logprobs_inside_a_batch_are_the_requests_own(oai: openai.OpenAI) -> None:
     options = {"temperature": 0, "max_tokens": 8, "logprobs": True, "top_logprobs": 2}
     alone = _reply(oai, "tea", **options)
