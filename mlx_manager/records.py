@@ -90,15 +90,17 @@ class DownloadJob(SQLModel, table=True):
 
 
 class AdminAccount(SQLModel, table=True):
-    """The dashboard's one admin account (a single row, id 1): the password's argon2 hash and
-    the secret session cookies are signed with; a new password makes a new secret, which ends
-    every session."""
+    """The dashboard's one admin account (a single row, id 1): the password's argon2 hash, the
+    secret session cookies are signed with, and the session version every cookie carries; a new
+    password makes a new secret and logout raises the version, either of which ends every
+    session (migration 0015)."""
 
     __tablename__ = "admin_account"
 
     id: int = Field(default=1, primary_key=True)
     password_hash: str = Field(max_length=255)
     session_secret: str = Field(max_length=64)
+    session_version: int = 0
     updated_at: datetime = Field(default_factory=utcnow)
 
 

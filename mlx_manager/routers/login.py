@@ -19,10 +19,12 @@ from mlx_manager.services.admin_account import (
     SESSION_COOKIE,
     PasswordRefused,
     check_password,
+    end_sessions,
     failed_logins,
     login_wait_s,
     new_session_cookie,
     password_is_set,
+    session_is_valid,
     set_password,
 )
 from mlx_manager.web.templating import render
@@ -116,7 +118,11 @@ def first_password(
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(page: PageDep) -> Response:
+    """Ends the sessions on the server (a copy of the cookie kept elsewhere opens nothing more),
+    when sent with a valid one: without it, nobody else's session can be ended from here."""
+    if session_is_valid(page.session, page.request.cookies.get(SESSION_COOKIE)):
+        end_sessions(page.session)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="lax")
     return response

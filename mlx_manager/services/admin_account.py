@@ -1,9 +1,10 @@
 """The dashboard's admin account: its password, login sessions, and the throttle on guessing.
 
 The password is hashed with argon2id (argon2-cffi's defaults, RFC 9106's low-memory profile).
-A session is a cookie `expiry.nonce.signature`, signed (HMAC-SHA256) with a secret kept in the
-account's row: nothing to store per session, and setting a new password replaces the secret,
-which ends every session at once.
+A session is a cookie `expiry.version.nonce.signature`, signed (HMAC-SHA256) with a secret kept
+in the account's row and checked on every request against the row: setting a new password
+replaces the secret and logging out raises the session version, either of which ends every
+session at once, on the server (a cookie kept from before opens nothing).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def set_password(session: Session, password: str) -> None:
     account = admin_account(session) or AdminAccount(id=ACCOUNT_ID, password_hash="", session_secret="")
     account.password_hash = _hasher.hash(password)
     account.session_secret = secrets.token_urlsafe(32)
+    account.session_version += 1
     account.updated_at = utcnow()
     session.add(account)
     session.commit()
@@ -77,13 +79,14 @@ def new_session_cookie(session: Session, lifetime_s: float, now: datetime | None
     if account is None:
         raise PasswordRefused("Set the admin password first (`mlx-manager admin set-password`).")
     expiry = int((now or utcnow()).timestamp() + lifetime_s)
-    payload = f"{expiry}.{secrets.token_urlsafe(12)}"
+    payload = f"{expiry}.{account.session_version}.{secrets.token_urlsafe(12)}"
     return f"{payload}.{_signature(account.session_secret, payload)}"
 
 
 def session_is_valid(session: Session, value: str | None, now: datetime | None = None) -> bool:
-    """Whether a cookie value is an unexpired session signed with the current secret."""
-    if not value or value.count(".") != 2:
+    """Whether a cookie value is an unexpired session of the current version, signed with the
+    current secret."""
+    if not value or value.count(".") != 3:
         return False
     account = admin_account(session)
     if account is None:
@@ -91,8 +94,19 @@ def session_is_valid(session: Session, value: str | None, now: datetime | None =
     payload, _, signature = value.rpartition(".")
     if not hmac.compare_digest(signature, _signature(account.session_secret, payload)):
         return False
-    expiry = payload.split(".", 1)[0]
+    expiry, version, _nonce = payload.split(".")
+    if version != str(account.session_version):
+        return False
     return expiry.isdigit() and int(expiry) > (now or utcnow()).timestamp()
+
+
+def end_sessions(session: Session) -> None:
+    """Log out: every session cookie issued so far stops opening pages (all browsers)."""
+    account = admin_account(session)
+    if account is not None:
+        account.session_version += 1
+        session.add(account)
+        session.commit()
 
 
 # Failed logins per client address: at most LOGIN_ATTEMPTS in LOGIN_WINDOW_S, then a wait.

@@ -83,9 +83,10 @@ def test_a_forged_or_expired_session_is_refused(guarded: TestClient) -> None:
         expired = new_session_cookie(session, 60, now=utcnow() - timedelta(hours=1))
         valid = new_session_cookie(session, 60)
     assert not session_is_valid(Session(get_engine()), expired)
-    expiry, nonce, signature = valid.split(".")
-    forged = f"{int(expiry) + 86400}.{nonce}.{signature}"
-    for value in (expired, forged, "garbage"):
+    expiry, version, nonce, signature = valid.split(".")
+    forged = f"{int(expiry) + 86400}.{version}.{nonce}.{signature}"
+    old_version = f"{expiry}.{int(version) - 1}.{nonce}.{signature}"
+    for value in (expired, forged, old_version, "garbage"):
         guarded.cookies.set("mlx_session", value)
         assert guarded.get("/models").status_code == 303
 
@@ -99,6 +100,28 @@ def test_logout_ends_the_session(guarded: TestClient) -> None:
         or "max-age=0" in response.headers["set-cookie"].lower()
     )
     assert guarded.get("/models").status_code == 303
+
+
+def test_a_cookie_kept_from_before_logout_opens_nothing(guarded: TestClient) -> None:
+    """The attack: copy the session cookie, log out, put the copy back."""
+    _log_in(guarded)
+    captured = guarded.cookies["mlx_session"]
+    assert guarded.get("/keys").status_code == 200
+    assert guarded.post("/logout").status_code == 303
+    guarded.cookies.set("mlx_session", captured)
+    assert guarded.get("/keys").status_code == 303
+    created = guarded.post("/keys", data={"name": "after-logout", "scope": "admin"})
+    assert created.status_code == 401
+    assert guarded.get("/v1/models").status_code == 200  # no key exists yet: nothing was created
+
+
+def test_a_logout_without_a_valid_session_ends_no_other_session(guarded: TestClient) -> None:
+    _log_in(guarded)
+    session = guarded.cookies["mlx_session"]
+    guarded.cookies.delete("mlx_session")
+    assert guarded.post("/logout").status_code == 303  # anyone may send it; it ends nothing
+    guarded.cookies.set("mlx_session", session)
+    assert guarded.get("/keys").status_code == 200
 
 
 def test_a_new_password_ends_every_session(guarded: TestClient) -> None:
