@@ -107,7 +107,8 @@ def serve(
         _prepare_home(settings, import_defaults=settings.import_default_model and not no_default_model)
         from mlx_manager.main import create_app
 
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+        proxies = settings.server_settings().proxy_header_options()
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, **proxies)
 
 
 def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> None:

@@ -41,7 +41,12 @@ def serve(
         if refusal:
             typer.secho(f"error: {refusal}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2)
-        uvicorn.run(create_app(embedded=False), host=settings.host, port=settings.port)
+        uvicorn.run(
+            create_app(embedded=False),
+            host=settings.host,
+            port=settings.port,
+            **settings.proxy_header_options(),
+        )
 
 
 def main() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path("~/.mlx-manager")
@@ -88,6 +88,10 @@ class MLXServerSettings(BaseSettings):
     allowed_hosts: list[str] = Field(default_factory=list)
     # Browser origins (e.g. "https://app.example") allowed to call /v1 cross-site; none by default.
     cors_origins: list[str] = Field(default_factory=list)
+    # Reverse proxies (addresses or networks, e.g. ["127.0.0.1"] behind a local nginx) whose
+    # X-Forwarded-For / X-Forwarded-Proto name the client; none by default, so the client is
+    # the peer of the connection (the login throttle counts per client).
+    trusted_proxies: list[str] = Field(default_factory=list)
     # Request bodies: JSON (and forms) at most this many bytes, uploads (multipart) their own limit.
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
@@ -111,6 +115,23 @@ class MLXServerSettings(BaseSettings):
     image_fetch_read_timeout_seconds: float = Field(default=15, gt=0)
     # The whole fetch, redirects included: a body trickling in under the read timeout ends here.
     image_fetch_total_timeout_seconds: float = Field(default=30, gt=0)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, proxies: list[str]) -> list[str]:
+        for proxy in proxies:
+            try:
+                ipaddress.ip_network(proxy.strip(), strict=False)
+            except ValueError:
+                example = "e.g. 10.0.0.5 or 10.0.0.0/24"
+                raise ValueError(f"{proxy!r} is not an IP address or network ({example})") from None
+        return [proxy.strip() for proxy in proxies]
+
+    def proxy_header_options(self) -> dict[str, Any]:
+        """uvicorn's options for forwarded headers. uvicorn's own default believes them from
+        127.0.0.1, where any local process (or a proxy passing them through) could claim to be
+        any client; here only the listed proxies are believed, and none by default."""
+        return {"proxy_headers": bool(self.trusted_proxies), "forwarded_allow_ips": self.trusted_proxies}
 
     @property
     def home_dir(self) -> Path:
