@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from mlx_server import __version__
 from mlx_server.api.metrics import metrics_router
-from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
+from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site, limit_body
 from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
@@ -281,6 +281,7 @@ __all__ = [
     "key_state",
     "keys_exist",
     "latest_id",
+    "limit_body",
     "list_api_keys",
     "list_backends",
     "list_models",
