@@ -1,10 +1,13 @@
 """The MCP servers page (linked from Settings): register, edit and delete the servers whose tools
 the playground's agent loop may call.
 
-Each server's card loads its tools with htmx after the page (GET /settings/mcp/{id}/tools), so
+Each server's card loads its tools with htmx after the page (POST /settings/mcp/{id}/tools), so
 a server that fails to start or hangs shows its error on its card, within the timeout, and
-never holds the page. Saving redirects back to the list (post/redirect/get); a refused form is
-400 with the message and the input, secrets blanked.
+never holds the page. Listing starts a stdio server's command, so it is a POST: the CSRF
+middleware's checks (this dashboard's token, not another site's or another origin's page:
+an `<img>` on another port of 127.0.0.1 is same-site and carried the cookie to a GET). Saving
+redirects back to the list (post/redirect/get); a refused form is 400 with the message and the
+input, secrets blanked.
 """
 
 from __future__ import annotations
@@ -102,9 +105,10 @@ def delete_server(page: PageDep, server_id: RowId) -> Response:
     return RedirectResponse(f"/settings/mcp?{urlencode({'deleted': name})}", status_code=303)
 
 
-@router.get("/{server_id}/tools", response_class=HTMLResponse)
+@router.post("/{server_id}/tools", response_class=HTMLResponse)
 async def server_tools(page: PageDep, server_id: RowId) -> HTMLResponse:
-    """The card's tool list (connect, list, disconnect), or what went wrong, within the timeout."""
+    """The card's tool list (start or connect, list, disconnect), or what went wrong, within the
+    timeout."""
     timeout = get_manager_settings().mcp_timeout_seconds
     context: dict[str, object] = {"tools": [], "error": None}
     try:

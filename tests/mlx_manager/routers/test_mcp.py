@@ -146,9 +146,9 @@ def test_the_page_answers_at_once_and_each_card_loads_its_tools_or_its_error(pag
     listed = page.get("/settings/mcp").text
     assert time.monotonic() - started < 2  # no server is contacted by the page itself
     for server_id in (working, exits, hangs):
-        assert f'hx-get="/settings/mcp/{server_id}/tools" hx-trigger="load"' in listed
+        assert f'hx-post="/settings/mcp/{server_id}/tools" hx-trigger="load"' in listed
 
-    tools = page.get(f"/settings/mcp/{working}/tools", headers={"HX-Request": "true"})
+    tools = page.post(f"/settings/mcp/{working}/tools", headers={"HX-Request": "true"})
     assert tools.status_code == 200
     assert '<code class="mcp-tool-name">lookup_capital</code>' in tools.text
     assert "The capital city of a country." in tools.text
@@ -158,7 +158,7 @@ def test_the_page_answers_at_once_and_each_card_loads_its_tools_or_its_error(pag
         (hangs, "hangs did not answer within 3 s"),
     ):
         started = time.monotonic()
-        card = page.get(f"/settings/mcp/{server_id}/tools", headers={"HX-Request": "true"}).text
+        card = page.post(f"/settings/mcp/{server_id}/tools", headers={"HX-Request": "true"}).text
         assert time.monotonic() - started < TIMEOUT + 3
         assert 'class="flash flash-error mcp-error"' in card and error in card
 
@@ -167,9 +167,28 @@ def test_an_http_server_that_never_answers_shows_its_error_within_the_timeout(pa
     with silent_http_server() as url:
         server_id = _add(page, name="silent", transport="http", url=url)
         started = time.monotonic()
-        card = page.get(f"/settings/mcp/{server_id}/tools", headers={"HX-Request": "true"}).text
+        card = page.post(f"/settings/mcp/{server_id}/tools", headers={"HX-Request": "true"}).text
         assert time.monotonic() - started < TIMEOUT + 3
     assert "silent did not answer within 3 s" in card
+
+
+def test_no_get_and_no_other_page_starts_a_servers_command(page: TestClient, tmp_path: Path) -> None:
+    """The attack: `<img src=".../settings/mcp/1/tools">` on a page served from another port of
+    127.0.0.1 (same site: the session cookie goes along) ran the registered command."""
+    marker = tmp_path / "ran"
+    script = f"open({str(marker)!r}, 'w').close()"
+    server_id = _add(page, name="marker", transport="stdio", command=sys.executable, args=f"-c\n{script}")
+    url = f"/settings/mcp/{server_id}/tools"
+    assert page.get(url).status_code == 405
+    from_another_port = {"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:9999"}
+    assert page.post(url, headers=from_another_port).status_code == 403
+    assert page.post(url, headers={"Sec-Fetch-Site": "same-site"}).status_code == 403
+    token = page.headers.pop("x-csrf-token")
+    assert page.post(url, headers={"Sec-Fetch-Site": "same-origin"}).status_code == 403
+    page.headers["x-csrf-token"] = token
+    assert not marker.exists()
+    own_page = page.post(url, headers={"Sec-Fetch-Site": "same-origin", "HX-Request": "true"})
+    assert own_page.status_code == 200 and marker.exists()  # it ran (and is no MCP server)
 
 
 def test_settings_links_to_the_mcp_page(page: TestClient) -> None:
