@@ -95,6 +95,9 @@ class MLXServerSettings(BaseSettings):
     # Request bodies: JSON (and forms) at most this many bytes, uploads (multipart) their own limit.
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_upload_bytes: int = Field(default=100 * 1024 * 1024, ge=1024)
+    # Speech to text: an upload lasting longer is refused from its header, and decoding stops
+    # there if the header said less (a 400 either way). Two hours by default.
+    max_audio_seconds: float = Field(default=7200, gt=0)
     # Time limits (blueprint §13.2): a /v1 request running longer is stopped (504, or an error
     # event if streaming). Per endpoint by glob, first match wins, e.g.
     # {"POST /v1/embeddings": 60, "POST /v1/admin/models/*/load": 1800}; 0 is no limit.

@@ -20,13 +20,19 @@ from typing import Any
 import miniaudio
 import numpy as np
 
+from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 
 SAMPLE_RATE = 16000  # what Whisper (and mlx-audio's STT models) hear
+# Uploads sampled outside this range are refused: below it there is no speech band left, and
+# resampling from an absurd rate (1 Hz) builds a filter of millions of taps per block.
+MIN_SAMPLE_RATE = 4000
+MAX_SAMPLE_RATE = 384_000
 BLOCK_SECONDS = 5  # decoded and resampled at a time
 _FIR_ZEROS = 64  # mlx-audio's resampler: a Kaiser sinc with 64 zero crossings per side
 _FFMPEG_ONLY = {"m4a": "M4A/AAC", "webm": "WebM", "opus": "Ogg Opus"}
 _ACCEPTED = "wav, mp3, flac or ogg (Vorbis)"
+Samples = np.ndarray[Any, np.dtype[np.float32]]
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,9 @@ class AudioFile:
     path: Path
     format: str
     sample_rate: int
-    frames: int
+    frames: int  # as the header declares; decoding stops with a 400 past `max_frames`
+    name: str = "file"
+    max_frames: int = 1 << 62
 
     @property
     def duration(self) -> float:
@@ -81,9 +89,56 @@ def _check_wav_length(path: Path, name: str) -> None:
     raise _refuse(f"{name} is a WAV file without audio data (no data chunk).")
 
 
-def inspect_audio(path: Path, name: str) -> AudioFile:
+def _clock(seconds: float) -> str:
+    hours, rest = divmod(round(seconds), 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _check_flac_end(path: Path, name: str, frames: int, rate: int) -> None:
+    """A FLAC file states its length in its header; one cut short cannot seek to its end."""
+    try:
+        tail = miniaudio.stream_file(
+            str(path),
+            output_format=miniaudio.SampleFormat.FLOAT32,
+            nchannels=1,
+            sample_rate=rate,
+            frames_to_read=256,
+            seek_frame=max(0, frames - 256),
+        )
+        next(tail, None)
+        tail.close()
+    except miniaudio.MiniaudioError as exc:
+        raise _refuse(
+            f"{name} is a truncated FLAC file: its header declares {_clock(frames / rate)} of audio but "
+            "it ends before that. Upload the whole file."
+        ) from exc
+
+
+def _check_stream_info(path: Path, name: str, kind: str, info: Any, max_seconds: float) -> None:
+    """The sample rate and the length the header declares, before anything is decoded."""
+    rate = info.sample_rate
+    if info.num_frames <= 0 or rate <= 0:
+        raise _refuse(f"{name} holds no audio samples.")
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise _refuse(
+            f"{name} declares a sample rate of {rate} Hz; audio is heard at {MIN_SAMPLE_RATE} Hz to "
+            f"{MAX_SAMPLE_RATE} Hz. Resample it (e.g. to 16000 Hz)."
+        )
+    duration = info.num_frames / rate
+    if duration > max_seconds:
+        raise _refuse(
+            f"{name} lasts {_clock(duration)} ({duration:.0f} s), longer than the {_clock(max_seconds)} "
+            f"({max_seconds:.0f} s) this server transcribes (MLX_SERVER_MAX_AUDIO_SECONDS); "
+            "cut it into parts.",
+            code="audio_too_long",
+        )
+    if kind == "flac":
+        _check_flac_end(path, name, info.num_frames, rate)
+
+
+def inspect_audio(path: Path, name: str, max_seconds: float | None = None) -> AudioFile:
     """The upload's format, sample rate and length; a 400 naming the problem when it is not
-    audio this server can decode."""
+    audio this server can decode, or lasts longer than `max_seconds` (the setting's)."""
     if path.stat().st_size == 0:
         raise _refuse(f"{name} is empty; upload an audio file ({_ACCEPTED}).")
     with path.open("rb") as f:
@@ -103,9 +158,16 @@ def inspect_audio(path: Path, name: str) -> AudioFile:
         info = miniaudio.get_file_info(str(path))
     except miniaudio.MiniaudioError as exc:
         raise _refuse(f"{name} looks like {kind} but cannot be decoded ({exc}).") from exc
-    if info.num_frames <= 0 or info.sample_rate <= 0:
-        raise _refuse(f"{name} holds no audio samples.")
-    return AudioFile(path=path, format=kind, sample_rate=info.sample_rate, frames=info.num_frames)
+    limit = get_settings().max_audio_seconds if max_seconds is None else max_seconds
+    _check_stream_info(path, name, kind, info, limit)
+    return AudioFile(
+        path=path,
+        format=kind,
+        sample_rate=info.sample_rate,
+        frames=info.num_frames,
+        name=name,
+        max_frames=math.ceil(limit * info.sample_rate),
+    )
 
 
 def _native_blocks(audio: AudioFile, frames: int) -> Iterator[np.ndarray[Any, np.dtype[np.float32]]]:
@@ -117,9 +179,22 @@ def _native_blocks(audio: AudioFile, frames: int) -> Iterator[np.ndarray[Any, np
         sample_rate=audio.sample_rate,
         frames_to_read=frames,
     )
+    decoded = 0
     try:
         for block in stream:
-            yield np.frombuffer(block, dtype=np.float32)
+            samples = np.frombuffer(block, dtype=np.float32)
+            decoded += len(samples)
+            if decoded > audio.max_frames:  # the header said less: it lied, or was not read
+                limit = audio.max_frames / audio.sample_rate
+                raise _refuse(
+                    f"{audio.name} holds more than {_clock(limit)} ({limit:.0f} s) of audio, the most this "
+                    "server transcribes (MLX_SERVER_MAX_AUDIO_SECONDS); cut it into parts.",
+                    code="audio_too_long",
+                )
+            yield samples
+    except miniaudio.MiniaudioError as exc:
+        heard = decoded / audio.sample_rate
+        raise _refuse(f"{audio.name} cannot be decoded after {heard:.1f} s ({exc}); it is damaged.") from exc
     finally:
         stream.close()
 
@@ -131,8 +206,8 @@ def samples_16k(audio: AudioFile) -> Iterator[np.ndarray[Any, np.dtype[np.float3
     if rate == SAMPLE_RATE:
         yield from _native_blocks(audio, BLOCK_SECONDS * rate)
         return
-    gcd = math.gcd(rate, SAMPLE_RATE)
-    up, down = SAMPLE_RATE // gcd, rate // gcd
+    resample = _Resampler(rate)
+    up, down = resample.up, resample.down
     # Input frames each side that the FIR reaches, rounded to whole `down` steps so every block
     # starts at the same polyphase phase as the whole signal.
     halo = math.ceil(math.ceil((_FIR_ZEROS * max(up, down) + down) / up) / down) * down
@@ -143,33 +218,34 @@ def samples_16k(audio: AudioFile) -> Iterator[np.ndarray[Any, np.dtype[np.float3
     for block in _native_blocks(audio, core):
         buffer = np.concatenate([buffer, block])
         while start + len(buffer) >= core_start + core + halo:
-            yield _resampled(buffer, start, core_start, core_start + core, rate, halo)
+            yield resample.block(buffer, start, core_start, core_start + core, halo)
             core_start += core
             drop = max(0, core_start - halo) - start
             buffer, start = buffer[drop:], start + drop
     end = start + len(buffer)
     while core_start < end:
-        yield _resampled(buffer, start, core_start, min(end, core_start + core), rate, halo)
+        yield resample.block(buffer, start, core_start, min(end, core_start + core), halo)
         core_start += core
 
 
-def _resampled(
-    buffer: np.ndarray[Any, np.dtype[np.float32]],
-    start: int,
-    core_start: int,
-    core_end: int,
-    rate: int,
-    halo: int,
-) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """Output samples of input frames [core_start, core_end), from the buffer starting at `start`."""
-    # Imported here: it loads scipy.signal, ~1 s of every server start that transcribes nothing.
-    from mlx_audio.resample import resample_audio_array
+class _Resampler:
+    """mlx-audio's polyphase FIR resampler (`resample_audio_array`) with its filter designed
+    once per file instead of once per block (~70 ms for 44.1 kHz, seconds for an odd rate)."""
 
-    gcd = math.gcd(rate, SAMPLE_RATE)
-    up, down = SAMPLE_RATE // gcd, rate // gcd
-    read_start = max(start, core_start - halo)
-    segment = buffer[read_start - start : core_end + halo - start]
-    converted = resample_audio_array(segment, rate, SAMPLE_RATE, axis=0)
-    first = core_start * up // down - read_start * up // down
-    count = math.ceil(core_end * up / down) - core_start * up // down
-    return np.asarray(converted[first : first + count], dtype=np.float32)
+    def __init__(self, rate: int) -> None:
+        # Imported here: scipy.signal takes ~1 s to load, at the first resampled upload only.
+        from mlx_audio.resample import _polyphase_filter
+
+        self.up, self.down, self.fir = _polyphase_filter(rate, SAMPLE_RATE)
+
+    def block(self, buffer: Samples, start: int, core_start: int, core_end: int, halo: int) -> Samples:
+        """Output samples of input frames [core_start, core_end), from the buffer starting at `start`."""
+        from scipy.signal import resample_poly
+
+        up, down = self.up, self.down
+        read_start = max(start, core_start - halo)
+        segment = buffer[read_start - start : core_end + halo - start]
+        converted = resample_poly(segment, up, down, axis=0, window=self.fir, padtype="edge")
+        first = core_start * up // down - read_start * up // down
+        count = math.ceil(core_end * up / down) - core_start * up // down
+        return np.asarray(converted[first : first + count], dtype=np.float32)

@@ -4,6 +4,7 @@ reader, and memory that does not grow with the file's length."""
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -74,4 +75,20 @@ def test_an_ogg_opus_file_names_ffmpeg_when_it_is_missing(tmp_path: Path, fox_cl
     sf.write(target, samples[: rate // 2], 48000, format="OGG", subtype="OPUS")
     with pytest.raises(APIError, match="Ogg Opus, which needs ffmpeg") as refused:
         inspect_audio(target, "voice.opus")
+    assert refused.value.status == 400
+
+
+def test_a_file_longer_than_the_limit_is_refused_from_its_header(fox_clip: Path) -> None:
+    with pytest.raises(APIError, match=r"lasts 0:00:04 \(4 s\), longer than the 0:00:02 \(2 s\)") as refused:
+        inspect_audio(fox_clip, "fox.wav", max_seconds=2)
+    assert (refused.value.status, refused.value.code) == (400, "audio_too_long")
+
+
+def test_decoding_stops_at_the_limit_whatever_the_header_said(fox_clip: Path) -> None:
+    """A header that says less than the file holds (here: one second allowed of the 3.8 s it
+    declares, as if it had said 1 s) does not let more through."""
+    audio = replace(inspect_audio(fox_clip, "fox.wav"), max_frames=22050)
+    blocks = samples_16k(audio)
+    with pytest.raises(APIError, match=r"holds more than 0:00:01 \(1 s\) of audio") as refused:
+        list(blocks)
     assert refused.value.status == 400
