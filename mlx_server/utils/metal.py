@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import itertools
 import threading
+import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,6 +32,10 @@ T = TypeVar("T")
 
 _DONE = object()
 _PAUSED = object()  # a held stream's job gave the thread up: another job was waiting
+# A fair stream giving way checks this often whether the others have had their time, and stops
+# waiting once the thread has been idle this long (nobody else wants it).
+GIVE_WAY_POLL_SECONDS = 0.01
+IDLE_GAP_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,11 @@ class MetalThread:
         # Jobs submitted and not started yet: a held stream gives the thread up when one waits.
         self._waiting = 0
         self._waiting_lock = threading.Lock()
+        # The thread's busy time (finished jobs), when the running job started (None: idle), and
+        # since when it has been idle: what a fair stream gives way by.
+        self._busy_seconds = 0.0
+        self._job_started: float | None = None
+        self._idle_since = time.perf_counter()
 
     def _submit(self, fn: Callable[[], T]) -> Future[T]:
         with self._waiting_lock:
@@ -61,9 +71,34 @@ class MetalThread:
         def job() -> T:
             with self._waiting_lock:
                 self._waiting -= 1
-            return fn()
+                self._job_started = time.perf_counter()
+            try:
+                return fn()
+            finally:
+                with self._waiting_lock:
+                    self._idle_since = time.perf_counter()
+                    self._busy_seconds += self._idle_since - (self._job_started or self._idle_since)
+                    self._job_started = None
 
         return self._executor.submit(job)
+
+    def busy_seconds(self) -> float:
+        """Seconds the thread has spent running jobs, the running one's so far included."""
+        with self._waiting_lock:
+            running = 0.0 if self._job_started is None else time.perf_counter() - self._job_started
+            return self._busy_seconds + running
+
+    def _idle_for(self, seconds: float) -> bool:
+        """Whether no job has run or waited for the last `seconds`."""
+        with self._waiting_lock:
+            idle = self._job_started is None and not self._waiting
+            return idle and time.perf_counter() - self._idle_since >= seconds
+
+    async def _give_way(self, seconds: float) -> None:
+        """Wait until other jobs have had the thread for `seconds`, or it has fallen idle."""
+        start = self.busy_seconds()
+        while self.busy_seconds() - start < seconds and not self._idle_for(IDLE_GAP_SECONDS):
+            await asyncio.sleep(GIVE_WAY_POLL_SECONDS)
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the MLX thread and return its result (or raise its exception)."""
@@ -77,7 +112,7 @@ class MetalThread:
         return await asyncio.wrap_future(self._submit(job))
 
     async def stream(
-        self, make_items: Callable[[], Iterator[T]], *, hold: bool = False
+        self, make_items: Callable[[], Iterator[T]], *, hold: bool = False, fair: bool = False
     ) -> AsyncGenerator[T, None]:
         """Iterate `make_items()` on the MLX thread, yielding each item here.
 
@@ -85,13 +120,19 @@ class MetalThread:
         order, so a long generation does not hold off the next request until it ends. With
         `hold`, a job goes on from item to item while no other job waits (the continuous batch:
         its steps then follow each other without a round trip through the event loop per token)
-        and ends after the current item when one does. Closing the async iterator early (a
-        client disconnect) closes the generator in the next job and frees the thread; a stream
-        whose first job has not started yet never starts.
+        and ends after the current item when one does. With `fair` (items that each take long:
+        a transcription's windows), when other work was waiting or under way as an item ended,
+        the next item waits until that work has had the thread for as long as the item took
+        (or the thread falls idle): a held batch then runs that long between two items, instead
+        of one step. Closing the async iterator early (a client disconnect) closes the generator
+        in the next job and frees the thread; a stream whose first job has not started yet
+        never starts.
         """
         key = next(self._keys)
+        turn = [0.0]  # a fair stream's last item: seconds, when others wanted the thread
 
         def step() -> object:
+            started = time.perf_counter()
             try:
                 items = self._open.get(key)
                 if items is None:
@@ -102,6 +143,8 @@ class MetalThread:
                 raise
             if item is _DONE:
                 del self._open[key]
+            contended = self._waiting > 0 or len(self._open) > (0 if item is _DONE else 1)
+            turn[0] = time.perf_counter() - started if contended else 0.0
             return item
 
         # However the async side ends (finished, closed, cancelled, or collected without its
@@ -117,6 +160,8 @@ class MetalThread:
             else:
                 while (item := await asyncio.wrap_future(self._submit(step))) is not _DONE:
                     yield item  # type: ignore[misc]  # every item but _DONE is a T from make_items
+                    if fair and turn[0] > 0:
+                        await self._give_way(turn[0])
         finally:
             # Queued, not awaited: a cancelled or collected consumer cannot wait for it, and the
             # executor runs it right after the step in flight.
@@ -230,6 +275,6 @@ async def run_on_metal_thread(fn: Callable[[], T]) -> T:
 
 
 def stream_on_metal_thread(
-    make_items: Callable[[], Iterator[T]], *, hold: bool = False
+    make_items: Callable[[], Iterator[T]], *, hold: bool = False, fair: bool = False
 ) -> AsyncGenerator[T, None]:
-    return get_metal_thread().stream(make_items, hold=hold)
+    return get_metal_thread().stream(make_items, hold=hold, fair=fair)

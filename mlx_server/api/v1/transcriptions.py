@@ -25,8 +25,6 @@ from mlx_server.services.transcription.formats import (
     render,
 )
 from mlx_server.services.transcription.transcribe import (
-    PIECE_SECONDS,
-    WINDOW_SECONDS,
     Task,
     Transcript,
     TranscriptionOptions,
@@ -116,11 +114,7 @@ async def create_transcription(
 ) -> Response:
     granularities = _granularities(timestamp_granularities, response_format)
     options = TranscriptionOptions(
-        language=language,
-        prompt=prompt,
-        temperature=temperature,
-        words="word" in granularities,
-        piece_seconds=WINDOW_SECONDS if stream else PIECE_SECONDS,
+        language=language, prompt=prompt, temperature=temperature, words="word" in granularities
     )
     return await _respond(request, file, model, options, response_format, granularities, stream)
 

@@ -21,7 +21,7 @@ from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import ModelPoolManager, get_model_pool
 from mlx_server.models.store import save_capabilities
 from mlx_server.records import ModelCapabilities
-from mlx_server.services.transcription.transcribe import TranscriptionOptions, hear_window
+from mlx_server.services.transcription.transcribe import TranscriptionOptions, hear_clip
 from mlx_server.utils.metal import run_on_metal_thread
 
 if TYPE_CHECKING:
@@ -42,9 +42,8 @@ async def _check(loaded: LoadedModel, model_type: ModelType) -> str:
     silence = np.zeros(SILENCE_SECONDS * 16000, dtype=np.float32)
     started = time.perf_counter()
     greedy = TranscriptionOptions(temperature=0.0)  # no fallback ladder: silence is unlikely text
-    result = await run_on_metal_thread(lambda: hear_window(loaded, silence, greedy))
+    text = await run_on_metal_thread(lambda: hear_clip(loaded, silence, greedy))
     elapsed = time.perf_counter() - started
-    text = str(result.text).strip()
     return f"speech to text: heard {SILENCE_SECONDS} s of silence in {elapsed:.1f} s as {text!r}"
 
 

@@ -1,35 +1,30 @@
 """Speech to text (blueprint §4.4 `transcribe_audio`): uploaded audio -> timed segments.
 
-The audio is taken in pieces, each one job on the MLX thread that mlx-audio's Whisper hears in
-its own 30 s windows (seeking to the last complete segment, as Whisper does): memory holds one
-piece whatever the file's length, and a chat stream interleaves between pieces. A streaming
-request takes 30 s pieces, so its client gets each window's text as soon as it is recognised;
-other requests take 300 s pieces, since every piece boundary costs one extra window (the
-piece's cut last segment is heard again at the start of the next piece, with the text so far
-as the prompt), which 30 s pieces would pay every window.
+The audio is heard in Whisper's 30 s windows (`whisper_windows.py`: Whisper's own loop, with
+its seek, prompt and fallbacks, stepped by us), each window one job on the MLX thread, decoded
+and resampled a block at a time: memory holds one window whatever the file's length, a
+streaming request's client gets each window's text as soon as it is heard, and the stream is
+a fair one (`MetalThread.stream(fair=True)`): after each window, other work waiting for the
+thread (a chat) gets as long as that window took before the next one starts, so a long file
+holds a chat back by at most one window.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
-
-import mlx.core as mx
-import numpy as np
 
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import ENDPOINTS, LoadedModel, read_spec
 from mlx_server.models.pool import get_model_pool
 from mlx_server.services.pipeline.generation import admission
-from mlx_server.services.transcription.audio_input import SAMPLE_RATE, AudioFile, samples_16k
+from mlx_server.services.transcription.audio_input import AudioFile, samples_16k
+from mlx_server.services.transcription.whisper_windows import SampleReader, Samples, WhisperWindows
 from mlx_server.utils.metal import stream_on_metal_thread
 
-WINDOW_SECONDS = 30  # Whisper's input; a streaming request's piece
-PIECE_SECONDS = 300  # other requests' piece: ~19 MB of samples, ~10 MB of mel spectrogram
 MULTILINGUAL_VOCAB = 51865  # Whisper's multilingual vocabularies; the English-only one is 51864
-PROMPT_CHARS = 200  # of the text so far, given as the next window's prompt
 Task = Literal["transcribe", "translate"]
 
 
@@ -60,7 +55,6 @@ class TranscriptionOptions:
     prompt: str | None = None
     temperature: float | None = None  # None: Whisper's fallback ladder 0.0, 0.2, ... 1.0
     words: bool = False
-    piece_seconds: int = PIECE_SECONDS
 
 
 @dataclass
@@ -124,97 +118,71 @@ def check_request(model_id: str, options: TranscriptionOptions) -> str:
     return code
 
 
-def _segments(result: Any, offset: float, first_id: int, limit: float) -> list[Segment]:
-    out = []
-    for i, raw in enumerate(result.segments or []):
-        words = tuple(
-            Word(w["word"], round(offset + w["start"], 3), round(min(offset + w["end"], limit), 3))
-            for w in raw.get("words") or []
-        )
-        out.append(
-            Segment(
-                id=first_id + i,
-                start=round(offset + float(raw["start"]), 3),
-                end=round(min(offset + float(raw["end"]), limit), 3),
-                text=str(raw["text"]),
-                avg_logprob=float(raw.get("avg_logprob", 0.0)),
-                compression_ratio=float(raw.get("compression_ratio", 0.0)),
-                no_speech_prob=float(raw.get("no_speech_prob", 0.0)),
-                temperature=float(raw.get("temperature", 0.0)),
-                words=words,
-            )
-        )
-    return out
-
-
-def hear_window(
-    loaded: LoadedModel,
-    window: np.ndarray[Any, np.dtype[np.float32]],
-    options: TranscriptionOptions,
-    language: str = "",
-    prompt: str | None = None,
-) -> Any:
-    """A piece of 16 kHz audio through mlx-audio's Whisper (on the MLX thread), which hears it
-    in 30 s windows: its result (text, segments relative to the piece, language)."""
-    model = loaded.model
-    temperature: float | tuple[float, ...] = (
-        options.temperature if options.temperature is not None else (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+def _segment(raw: dict[str, Any], id_: int, limit: float) -> Segment:
+    words = tuple(
+        Word(w["word"], round(w["start"], 3), round(min(w["end"], limit), 3)) for w in raw.get("words") or []
     )
-    return model.generate(
-        mx.array(window),
-        language=language or None,
+    return Segment(
+        id=id_,
+        start=round(float(raw["start"]), 3),
+        end=round(min(float(raw["end"]), limit), 3),
+        text=str(raw["text"]),
+        avg_logprob=float(raw.get("avg_logprob", 0.0)),
+        compression_ratio=float(raw.get("compression_ratio", 0.0)),
+        no_speech_prob=float(raw.get("no_speech_prob", 0.0)),
+        temperature=float(raw.get("temperature", 0.0)),
+        words=words,
+    )
+
+
+def _windows(
+    loaded: LoadedModel, samples: Iterator[Samples], options: TranscriptionOptions, language: str
+) -> WhisperWindows:
+    return WhisperWindows(
+        loaded.model,
+        SampleReader(samples),
         task=options.task,
-        temperature=temperature,
-        initial_prompt=prompt or None,
-        word_timestamps=options.words,
-        fp16=getattr(model, "dtype", mx.float16) == mx.float16,
+        language=language,
+        temperature=options.temperature,
+        prompt=options.prompt,
+        words=options.words,
     )
 
 
 def recognise(
     loaded: LoadedModel, audio: AudioFile, options: TranscriptionOptions, transcript: Transcript
 ) -> Iterator[list[Segment]]:
-    """The segments of each piece in order (each `next` is one piece's work)."""
-    window_samples = options.piece_seconds * SAMPLE_RATE
-    pending = np.empty(0, dtype=np.float32)
-    offset = 0.0  # seconds of audio before pending[0]
-    blocks = samples_16k(audio)
-    exhausted = False
-    while not exhausted or len(pending):
-        parts, size = [pending], len(pending)
-        while size < window_samples and not exhausted:
-            block = next(blocks, None)
-            exhausted = block is None
-            if block is not None:
-                parts.append(block)
-                size += len(block)
-        pending = np.concatenate(parts)
-        window, pending = pending[:window_samples], pending[window_samples:]
-        last = exhausted and not len(pending)
-        prompt = " ".join(filter(None, [options.prompt, transcript.text[-PROMPT_CHARS:]])) or None
-        result = hear_window(loaded, window, options, transcript.language, prompt)
-        transcript.language = transcript.language or str(result.language or "")
-        heard = _segments(result, offset, len(transcript.segments), transcript.duration)
-        keep = round((heard[-1].start - offset) * SAMPLE_RATE) if heard else 0
-        if not last and len(heard) > 1 and keep > 0:  # hear the possibly cut last segment again
-            pending = np.concatenate([window[keep:], pending])
-            offset, heard = heard[-1].start, heard[:-1]
-        else:
-            offset += len(window) / SAMPLE_RATE
-        transcript.segments.extend(heard)
-        yield heard
+    """The segments of each window in order (each `next` is one window's work; a silent
+    window's list is empty)."""
+    whisper = _windows(loaded, samples_16k(audio), options, transcript.language)
+    while (heard := whisper.next_window()) is not None:
+        transcript.language = whisper.language
+        first = len(transcript.segments)
+        segments = [_segment(raw, first + i, transcript.duration) for i, raw in enumerate(heard)]
+        transcript.segments.extend(segments)
+        yield segments
+
+
+def hear_clip(loaded: LoadedModel, samples: Samples, options: TranscriptionOptions) -> str:
+    """A short clip of 16 kHz samples heard whole (on the MLX thread): its text."""
+    whisper = _windows(loaded, iter([samples]), options, "")
+    texts = []
+    while (heard := whisper.next_window()) is not None:
+        texts += [segment["text"] for segment in heard]
+    return "".join(texts).strip()
 
 
 async def transcribe_audio(
     model_id: str, audio: AudioFile, options: TranscriptionOptions, transcript: Transcript
-) -> AsyncIterator[list[Segment]]:
+) -> AsyncGenerator[list[Segment], None]:
     """Each window's segments as it is recognised, added to `transcript` too. The model is leased
     when the first window is asked for and released when the stream ends or is dropped;
     `check_request` has already refused what cannot work."""
     admission.acquire()
     try:
         async with get_model_pool().lease(model_id, ModelType.SPEECH_TO_TEXT) as loaded:
-            async for heard in stream_on_metal_thread(lambda: recognise(loaded, audio, options, transcript)):
+            windows = stream_on_metal_thread(lambda: recognise(loaded, audio, options, transcript), fair=True)
+            async for heard in windows:
                 yield heard
     finally:
         admission.release()

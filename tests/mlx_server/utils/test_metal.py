@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import sys
 import threading
 import time
@@ -144,6 +145,71 @@ def test_a_held_stream_lets_a_waiting_job_run_after_its_current_item(runner: Met
     taken_when_it_ran, seen = asyncio.run(main())
     assert seen == list(range(50))  # the stream went on after the job
     assert taken_when_it_ran < 10  # the job waited for an item or two, not for the 50
+
+
+WINDOW_S = 0.2  # a transcription window's job (seconds on a real CPU)
+STEP_S = 0.005  # a batch step
+
+
+def _fair_and_held(runner: MetalThread, windows: int) -> tuple[list[float], list[float]]:
+    """A fair stream of `windows` slow items beside a held stream of quick steps (a chat's batch)
+    that runs until the windows are over; the times each window and each step ended."""
+    window_ends: list[float] = []
+    step_ends: list[float] = []
+    over = threading.Event()
+
+    def transcription() -> Iterator[int]:
+        for i in range(windows):
+            time.sleep(WINDOW_S)
+            window_ends.append(time.monotonic())
+            yield i
+        over.set()
+
+    def batch() -> Iterator[int]:
+        while not over.is_set():
+            time.sleep(STEP_S)
+            step_ends.append(time.monotonic())
+            yield len(step_ends)
+
+    async def main() -> None:
+        async def chat() -> None:
+            async for _ in runner.stream(batch, hold=True):
+                pass
+
+        async def transcribe() -> None:
+            async for _ in runner.stream(transcription, fair=True):
+                pass
+
+        await asyncio.gather(chat(), transcribe())
+
+    asyncio.run(main())
+    return window_ends, step_ends
+
+
+def test_a_fair_stream_gives_a_held_batch_as_long_as_each_window_took(runner: MetalThread) -> None:
+    """Between two windows of a transcription, a running chat's batch gets the thread for about a
+    window's time (many steps), not for one step: a long file holds chats back by one window."""
+    window_ends, step_ends = _fair_and_held(runner, windows=4)
+    between = [
+        sum(1 for t in step_ends if before < t < after) for before, after in itertools.pairwise(window_ends)
+    ]
+    # ~40 steps fit in a window's time; before, the batch got one step per window.
+    assert all(steps >= 0.5 * WINDOW_S / STEP_S for steps in between), between
+    # And the windows still get their half: the transcription is slowed, not starved.
+    assert window_ends[-1] - window_ends[0] < 3 * 2 * WINDOW_S * 1.5
+
+
+def test_a_fair_stream_alone_runs_its_items_back_to_back(runner: MetalThread) -> None:
+    def windows() -> Iterator[float]:
+        for _ in range(4):
+            time.sleep(WINDOW_S)
+            yield time.monotonic()
+
+    async def main() -> list[float]:
+        return [end async for end in runner.stream(windows, fair=True)]
+
+    ends = asyncio.run(main())
+    assert ends[-1] - ends[0] < 3 * WINDOW_S + 0.15  # no waiting for others that are not there
 
 
 def test_mlx_cache_is_cleared_when_a_stream_ends(runner: MetalThread) -> None:
