@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from mlx_server.api.audit_middleware import AuditDetails, audit_details
+from mlx_server.api.audit_middleware import CLIENT_CLOSED_REQUEST, AuditDetails, audit_details
+from mlx_server.api.disconnect import until_disconnected
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.services.pipeline.catalog import resolve_model
@@ -25,6 +27,7 @@ from mlx_server.services.transcription.formats import (
     render,
 )
 from mlx_server.services.transcription.transcribe import (
+    Segment,
     Task,
     Transcript,
     TranscriptionOptions,
@@ -58,34 +61,41 @@ async def _respond(
     details = audit_details(request)
     details.model, details.protocol, details.stream = model, "openai", stream
     details.parameters = {"response_format": response_format, "task": options.task}
-    path = _spool(upload)
+    path, streaming = _spool(upload), False
     try:
         audio = inspect_audio(path, upload.filename or "file")
         details.audio_seconds = round(audio.duration, 3)
         transcript = Transcript(language=check_request(model, options), duration=round(audio.duration, 3))
         windows = transcribe_audio(model, audio, options, transcript)
-        if stream:
+        if stream:  # sse-starlette ends the stream (and the windows) when the client leaves
+            streaming = True
             return openai_event_stream(_events(windows, transcript, details, path))
-        async for _ in windows:
-            pass
-    except BaseException:
-        path.unlink(missing_ok=True)
-        raise
-    path.unlink(missing_ok=True)
+        if not await until_disconnected(request, _drain(windows)):
+            return Response(status_code=CLIENT_CLOSED_REQUEST)  # nobody reads it; audited as 499
+    finally:
+        if not streaming:  # the stream removes its file when it ends
+            path.unlink(missing_ok=True)
     body = render(transcript, response_format, options.task, granularities)
     if isinstance(body, str):
         return PlainTextResponse(body, media_type=MEDIA_TYPES[response_format])
     return JSONResponse(body)
 
 
+async def _drain(windows: AsyncGenerator[list[Segment], None]) -> None:
+    async with aclosing(windows):
+        async for _ in windows:
+            pass
+
+
 async def _events(
-    windows: AsyncIterator[Any], transcript: Transcript, details: AuditDetails, path: Path
+    windows: AsyncGenerator[list[Segment], None], transcript: Transcript, details: AuditDetails, path: Path
 ) -> AsyncIterator[dict[str, Any]]:
     try:
-        async for heard in windows:
-            if heard:
-                details.mark_first_token()
-                yield delta_event(heard, first=heard[0].id == 0)
+        async with aclosing(windows):
+            async for heard in windows:
+                if heard:
+                    details.mark_first_token()
+                    yield delta_event(heard, first=heard[0].id == 0)
         yield done_event(transcript)
     finally:
         path.unlink(missing_ok=True)

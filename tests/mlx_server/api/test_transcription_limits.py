@@ -1,6 +1,7 @@
 """Uploads that would make /v1/audio/transcriptions work for hours, refused before anything is
-heard (issue #31's audio attacks: a 916 KB FLAC that decodes to 10 hours, its first 20 KB, a
-WAV at 1 Hz)."""
+heard, and a client that leaves taking its transcription with it (issue #31's audio attacks:
+a 916 KB FLAC that decodes to 10 hours, its first 20 KB, a WAV at 1 Hz, a client gone at 120 s
+while the server went on and answered 500)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from mlx_server.database import get_engine
 from mlx_server.models.pool import get_model_pool
 from mlx_server.records import AuditLog
 from mlx_server.services.operations.audit import audit_service
-from tests.mlx_server.api.conftest import standalone_server
+from mlx_server.utils.metal import get_metal_thread
+from tests.fixtures.speech_clips import MINUTE, speak
+from tests.mlx_server.api.conftest import register_models, standalone_server
 
 MODEL = "whisper-tiny.en"
 ENDPOINT = "POST /v1/audio/transcriptions"
@@ -92,3 +95,53 @@ def test_absurd_sample_rates_are_400s_naming_the_rate(
     sf.write(path, np.zeros(50_000, dtype=np.int16), rate, format=kind, subtype="PCM_16")
     message = _refusal(_post(server, path.name, path.read_bytes()))
     assert f"sample rate of {rate} Hz" in message and "4000 Hz to 384000 Hz" in message
+
+
+def _ten_minutes_of_speech(tmp_path: Path) -> Path:
+    """espeak-ng's minute of speech ten times over, as 16 kHz WAV (twenty Whisper windows)."""
+    minute, rate = sf.read(speak(MINUTE, tmp_path / "minute.wav"), dtype="float32")
+    target = tmp_path / "ten-minutes.wav"
+    sf.write(target, np.tile(minute, 10), rate, subtype="PCM_16")
+    return target
+
+
+def _quiet_after(left_at: float, timeout: float = 300) -> float:
+    """Seconds from `left_at` until the MLX thread stopped working (idle for half a second)."""
+    thread = get_metal_thread()
+    busy, changed = thread.busy_seconds(), time.monotonic()
+    while time.monotonic() - left_at < timeout:
+        time.sleep(0.05)
+        if (now := thread.busy_seconds()) != busy:
+            busy, changed = now, time.monotonic()
+        elif time.monotonic() - changed >= 0.5:
+            return changed - left_at
+    raise AssertionError("the transcription went on after its client left")
+
+
+def test_a_client_that_leaves_stops_its_transcription_streamed_or_whole(
+    live_server: str, whisper_dir: Path, tmp_path: Path
+) -> None:
+    register_models({MODEL: whisper_dir})
+    clip = _ten_minutes_of_speech(tmp_path)
+    url = f"{live_server}/v1/audio/transcriptions"
+    started = time.monotonic()
+    with (
+        clip.open("rb") as audio,
+        httpx.stream(
+            "POST", url, data={"model": MODEL, "stream": "true"}, files={"file": audio}, timeout=300
+        ) as r,
+    ):
+        assert r.status_code == 200
+        next(line for line in r.iter_lines() if "transcript.text.delta" in line)
+        window = time.monotonic() - started  # the model's load and the first window
+    streamed = _quiet_after(time.monotonic())
+
+    with clip.open("rb") as audio, pytest.raises(httpx.ReadTimeout):
+        httpx.post(url, data={"model": MODEL}, files={"file": audio}, timeout=httpx.Timeout(30, read=1.0))
+    whole = _quiet_after(time.monotonic())
+    # Each stopped within the window under way; hearing all twenty takes ~20 windows.
+    assert streamed < 3 * window and whole < 3 * window, (window, streamed, whole)
+    deadline = time.monotonic() + 10
+    while (statuses := _audit_statuses()) != [499, 499] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert statuses == [499, 499]
