@@ -10,16 +10,19 @@ from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 
 from mlx_manager.deps import RowId, SessionDep
 from mlx_manager.services.chat_voice import VoiceError, read_aloud, transcribe_recording
-from mlx_server.facade import APIError, is_cross_site
+from mlx_manager.web.csrf import is_same_origin
+from mlx_server.facade import APIError
 
 router = APIRouter(prefix="/chat")
 
 
 @router.get("/messages/{message_id}/speech.wav", response_class=StreamingResponse)
 async def speech(request: Request, session: SessionDep, message_id: RowId) -> Response:
-    """The reply as speech, streamed as the model speaks it (reading it changes nothing). Not for
-    another site's page: an <audio> element there could play a reply and learn its length."""
-    if is_cross_site(dict(request.headers)):
+    """The reply as speech, streamed as the model speaks it (it changes no data, but loads the
+    speech model). Not for another site's or origin's page: an <audio> element there could load
+    the model, play a reply and learn its length; a page on another port of this host is the
+    same site and carries the session cookie."""
+    if not is_same_origin(request.headers):
         return PlainTextResponse("Replies are read aloud on this dashboard's own pages only.", 403)
     try:
         stream = await read_aloud(session, message_id)

@@ -44,8 +44,9 @@ def test_a_reply_is_read_aloud_as_a_wav_and_the_page_offers_it(
         with wave.open(io.BytesIO(response.content)) as audio:
             assert audio.getframerate() == SAMPLE_RATE and audio.getnframes() > SAMPLE_RATE // 2
         assert client.get(f"/chat/messages/{question}/speech.wav").status_code == 404
-        elsewhere = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Dest": "audio"}
-        assert client.get(f"/chat/messages/{reply}/speech.wav", headers=elsewhere).status_code == 403
+        for site in ("cross-site", "same-site"):  # same-site: a page on another port of this host
+            elsewhere = {"Sec-Fetch-Site": site, "Sec-Fetch-Dest": "audio"}
+            assert client.get(f"/chat/messages/{reply}/speech.wav", headers=elsewhere).status_code == 403
         assert client.get("/chat/messages/999999/speech.wav").status_code == 404
 
 
