@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import secrets
 import threading
 import time
 import weakref
@@ -74,6 +75,9 @@ class MetalThread:
                 self._job_started = time.perf_counter()
             try:
                 return fn()
+            except BaseException:
+                heal_random_key()
+                raise
             finally:
                 with self._waiting_lock:
                     self._idle_since = time.perf_counter()
@@ -189,6 +193,7 @@ class MetalThread:
                         break
                 post(_PAUSED)
             except BaseException as exc:  # the generator's error, raised on the consumer's side
+                heal_random_key()
                 post(_Raised(exc))
 
         self._submit(steps_while_alone)
@@ -236,6 +241,23 @@ class MetalThread:
             self._submit(self._close_all)  # counted as waiting: a held stream gives the thread up
             self._submit(_release_thread_streams)
         self._executor.shutdown(wait=True)
+
+
+def heal_random_key() -> None:
+    """Give this thread a fresh random key if an exception left it unusable (call on the thread).
+
+    `mx.compile` swaps the calling thread's random key for a tracer while it traces a function
+    that captures `mx.random.state` (mlx-lm's top-k / top-p / min-p filters, Whisper's sampler);
+    an exception during that trace leaves the tracer in place, and every later draw from the
+    key fails with "[eval] Attempting to eval an array without a primitive". On the MLX thread
+    that is every request after the one that failed: a chat with `top_k` over the vocabulary
+    broke the next transcription whose Whisper fell back to sampling. Requests' own sampling
+    uses keys of their own (`seed`), so a new global key changes no reproducible result.
+    """
+    try:
+        mx.eval(mx.random.state)
+    except RuntimeError:
+        mx.random.seed(secrets.randbits(63))
 
 
 def _release_thread_streams() -> None:

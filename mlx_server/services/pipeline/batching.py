@@ -38,7 +38,7 @@ from mlx_server.services.pipeline.sequence import (
     token_steps,
 )
 from mlx_server.services.pipeline.token_text import TokenStep
-from mlx_server.utils.metal import stream_on_metal_thread
+from mlx_server.utils.metal import heal_random_key, stream_on_metal_thread
 
 logger = logging.getLogger("mlx_server.batching")
 
@@ -57,6 +57,14 @@ def batch_size_for(model_id: str) -> int:
 
 
 Items = list[tuple[BatchedSequence, TokenStep | BaseException]]
+
+
+def _healed(items: Items) -> Items:
+    """`items`, the MLX thread's random key made usable again if a sequence failed (its error,
+    caught here to end that sequence only, may have come from inside a compiled sampler)."""
+    if any(isinstance(result, BaseException) for _, result in items):
+        heal_random_key()
+    return items
 
 
 class _Run:
@@ -87,13 +95,13 @@ class _Run:
                     stepped, healthy = self._advance()
                     items += stepped
                     if not healthy:  # the batch's state is unknown: the next run starts afresh
-                        yield items
+                        yield _healed(items)
                         return
                 else:
                     if items:
-                        yield items
+                        yield _healed(items)
                     return
-                yield items
+                yield _healed(items)
                 self.engine.figures = self._figures()
         finally:
             self.engine.figures = {"running": 0, "prefilling": 0, "queued": 0}

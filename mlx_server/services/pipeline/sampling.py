@@ -41,7 +41,7 @@ def make_sampler(params: SamplingParams) -> Sampler:
     if params.min_p > 0:
         filters.append(lambda x: apply_min_p(x, params.min_p, 1))
     if params.top_k > 0:
-        filters.append(lambda x: apply_top_k(x, params.top_k))
+        filters.append(lambda x: _top_k(x, params.top_k))
     key = mx.random.key(params.seed if params.seed is not None else secrets.randbits(63))
     inverse_temperature = 1.0 / params.temperature
 
@@ -53,6 +53,13 @@ def make_sampler(params: SamplingParams) -> Sampler:
         return mx.random.categorical(logprobs * inverse_temperature, key=draw)
 
     return sample
+
+
+def _top_k(logprobs: mx.array, top_k: int) -> mx.array:
+    """The `top_k` most likely tokens; every one when `top_k` reaches the vocabulary. mlx-lm's
+    `apply_top_k` raises there, inside `mx.compile`, which leaves the thread's random key a
+    tracer (see utils/metal.py: `heal_random_key`)."""
+    return logprobs if top_k >= logprobs.shape[-1] else apply_top_k(logprobs, top_k)
 
 
 def make_processors(params: SamplingParams) -> list[LogitsProcessor]:

@@ -220,3 +220,28 @@ def test_a_200_mb_upload_is_refused_by_size_before_it_is_read(live_server: str, 
     assert sent < (116 if chunked else 16) * MB, sent
     assert process.memory_info().rss - before < 50 * MB
     assert httpx.get(f"{live_server}/health").status_code == 200
+
+
+def test_a_chat_with_top_k_over_the_vocabulary_breaks_no_later_transcription(
+    server: TestClient, fox_clip: Path
+) -> None:
+    """The 500 "[eval] Attempting to eval an array without a primitive": mlx-lm's compiled top-k
+    filter raised for top_k 10^12 mid-trace and left the MLX thread's random key a tracer; the
+    next transcription that sampled (temperature > 0, as Whisper's fallback on silence does)
+    failed on it. Now top_k at or above the vocabulary keeps every token, and a key left broken
+    by any failure is replaced."""
+    body = {
+        "model": "smol",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 2,
+        "top_k": 10**12,
+    }
+    chat = server.post("/v1/chat/completions", json=body)
+    assert chat.status_code in (200, 400), chat.text  # answered or refused, never a 500
+    heard = server.post(
+        "/v1/audio/transcriptions",
+        data={"model": MODEL, "temperature": "0.5"},
+        files={"file": ("fox.wav", fox_clip.read_bytes())},
+    )
+    assert heard.status_code == 200, heard.text
+    assert word_error_rate(FOX, heard.json()["text"]) <= 0.4

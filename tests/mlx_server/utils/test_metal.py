@@ -17,7 +17,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm import stream_generate
 from mlx_lm.generate import generate_step
-from mlx_lm.sample_utils import make_sampler
+from mlx_lm.sample_utils import apply_top_k, make_sampler
 
 from mlx_server.utils.metal import MetalThread
 
@@ -348,3 +348,24 @@ def test_a_stream_dropped_without_its_finally_is_closed_on_the_mlx_thread(
     asyncio.run(abandon())
     assert asyncio.run(next_job()) == 1  # the close job ran before this one
     assert closed_on == ["mlx-metal_0"] and unraisable == []
+
+
+def test_a_failed_trace_leaves_the_threads_random_key_usable(runner: MetalThread) -> None:
+    """The attack behind the 500 "[eval] Attempting to eval an array without a primitive": a chat
+    whose top_k exceeded the vocabulary made mlx-lm's compiled filter raise mid-trace, which left
+    the MLX thread's random key a tracer; the next transcription whose Whisper fell back to
+    sampling (silence does) failed on it, and so would every later one."""
+
+    def too_many() -> None:
+        apply_top_k(mx.zeros((1, 10)), 10**12)
+
+    def draw() -> int:
+        value: int = mx.random.categorical(mx.zeros((1, 10))).item()  # type: ignore[assignment]
+        return value
+
+    async def main() -> int:
+        with pytest.raises(ValueError, match="top_k"):
+            await runner.run(too_many)
+        return await runner.run(draw)
+
+    assert 0 <= asyncio.run(main()) < 10
