@@ -139,9 +139,9 @@ def report(results: dict[str, Any], seconds: float, runs: int) -> str:
             "",
             f"Server / raw: **{ratio:.1%}** (target {TARGET:.0%}: "
             + ("met" if ratio >= TARGET else "not met")
-            + "). The server decodes and resamples the upload a block at a time and hears it in pieces "
-            "of at most 300 s (30 s when streamed), so its memory holds one piece whatever the file's "
-            "length; a clip this short is one piece, heard in Whisper's 30 s windows as raw does.",
+            + "). The server decodes and resamples the upload a block at a time and hears it in "
+            "Whisper's 30 s windows with Whisper's own seek, as raw does, one window per turn on the "
+            "MLX thread, so its memory holds one window whatever the file's length.",
         ]
     )
 
