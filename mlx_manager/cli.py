@@ -15,9 +15,11 @@ from sqlmodel import Session
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
 from mlx_server.facade import (
+    HELP_OPTIONS,
     APIError,
     ApiKeyError,
     ApiKeyScope,
+    BareHelpGroup,
     GGUFImportError,
     HomeInUse,
     ModelNotFoundError,
@@ -41,24 +43,31 @@ from mlx_server.facade import (
     revoke_api_key,
     upgrade_database,
     use_server_settings,
+    version_option,
 )
 
 app = typer.Typer(
+    cls=BareHelpGroup,
     add_completion=False,
-    no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
     pretty_exceptions_enable=False,
     help="MLX Manager: local models on MLX.",
 )
-models_cli = typer.Typer(no_args_is_help=True, help="List and import models.")
-db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
-keys_cli = typer.Typer(no_args_is_help=True, help="API keys for /v1.")
-admin_cli = typer.Typer(no_args_is_help=True, help="The dashboard's admin account.")
+models_cli = typer.Typer(cls=BareHelpGroup, help="List and import models.")
+db_cli = typer.Typer(cls=BareHelpGroup, help="Database maintenance.")
+keys_cli = typer.Typer(cls=BareHelpGroup, help="API keys for /v1.")
+admin_cli = typer.Typer(cls=BareHelpGroup, help="The dashboard's admin account.")
 app.add_typer(models_cli, name="models")
 app.add_typer(db_cli, name="db")
 app.add_typer(keys_cli, name="keys")
 app.add_typer(admin_cli, name="admin")
 
 log = logging.getLogger("mlx_manager")
+
+
+@app.callback()
+def main_options(version: Annotated[bool, version_option("mlx-manager")] = False) -> None:
+    """MLX Manager: local models on MLX."""
 
 
 def _migrate() -> str | None:

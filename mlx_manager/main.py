@@ -34,7 +34,7 @@ from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
-from mlx_manager.web.templating import STATIC_DIR
+from mlx_manager.web.templating import STATIC_PACKAGE_DIR
 from mlx_server.facade import (
     GuardPolicy,
     RequestGuard,
@@ -96,7 +96,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     ]
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", StaticFiles(packages=[STATIC_PACKAGE_DIR]), name="static")
     server_app = create_server_app(embedded=True, host_names=(settings.host,))
     app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
     app.mount("/v1", server_app)

@@ -14,6 +14,7 @@ from mlx_server import __version__
 from mlx_server.api.metrics import metrics_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
+from mlx_server.cli import HELP_OPTIONS, BareHelpGroup, version_option
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
@@ -181,6 +182,7 @@ def memory_budget_bytes() -> int:
 
 __all__ = [
     "DEFAULT_HOME",
+    "HELP_OPTIONS",
     "KV_BITS",
     "KV_GROUP_SIZES",
     "MAX_DEFAULT_MAX_TOKENS",
@@ -194,6 +196,7 @@ __all__ = [
     "AuditFilter",
     "AuditLog",
     "BackendIn",
+    "BareHelpGroup",
     "CompletionStats",
     "Embeddings",
     "Finish",
@@ -322,5 +325,6 @@ __all__ = [
     "use_server_settings",
     "utcnow",
     "validate_model_id",
+    "version_option",
     "write_override",
 ]
