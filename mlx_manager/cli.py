@@ -113,14 +113,18 @@ def serve(
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
     with home_lock:
-        _prepare_home(settings, import_defaults=settings.import_default_model and not no_default_model)
+        imported = _prepare_home(
+            settings, import_defaults=settings.import_default_model and not no_default_model
+        )
         from mlx_manager.main import create_app
 
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port)
+        # The default models just imported are probed in the background once serving.
+        uvicorn.run(create_app(settings, probe_at_start=imported), host=settings.host, port=settings.port)
 
 
-def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> None:
-    """Migrate, refuse a network bind nobody could log in to, import the default models."""
+def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> list[str]:
+    """Migrate, refuse a network bind nobody could log in to, import the default models (their
+    ids are returned)."""
     with _migrated_session() as session:
         refusal = bind_refusal(
             settings.host, has_key=keys_exist(session), has_password=password_is_set(session)
@@ -135,6 +139,8 @@ def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> None:
                 raise _fail(f"cannot import the default model: {exc}") from exc
             for record in imported:
                 log.info("imported default model %s into %s", record.id, record.path)
+            return [record.id for record in imported]
+    return []
 
 
 @models_cli.command("list")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -49,10 +49,11 @@ from mlx_server.facade import (
 
 
 @asynccontextmanager
-async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
-    then its own (hub downloads, resumed where a previous run left them)."""
-    async with server_services(), download_services(), probe_services(), chat_services():
+    then its own (hub downloads, resumed where a previous run left them; the first probes)."""
+    probe_first = app.state.probe_at_start
+    async with server_services(), download_services(), probe_services(probe_first), chat_services():
         yield
 
 
@@ -66,7 +67,9 @@ def _dashboard_access(request: Request) -> bool:
     return logged_in or not get_manager_settings().login_required
 
 
-def create_app(settings: ManagerSettings | None = None) -> FastAPI:
+def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Sequence[str] = ()) -> FastAPI:
+    """The dashboard and both server apps; `probe_at_start`: models probed in the background once
+    the app has started (`serve` passes the default models it has just imported)."""
     settings = settings or get_manager_settings()
     use_manager_settings(settings)  # pages see what the app was created with (serve --host)
     # The embedded server must use the manager's database and models, whatever
@@ -74,6 +77,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     use_server_settings(settings.server_settings())
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
+    app.state.probe_at_start = tuple(probe_at_start)
     page_routers = [
         m.router
         for m in (

@@ -196,6 +196,7 @@ def _serves(cwd: Path, env: dict[str, str], log: Path) -> None:
             _wait_healthy(client, server, log)
             _every_page_renders(client)
             _a_reply_streams(client)
+            _first_start_probed_the_defaults(client, log)
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -239,3 +240,18 @@ def _a_reply_streams(client: httpx.Client) -> None:
                 chunks.append(json.loads(line.removeprefix("data: ")))
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert len(chunks) > 3 and text.strip(), chunks
+
+
+def _first_start_probed_the_defaults(client: httpx.Client, log: Path) -> None:
+    """The models page shows each default model's parsers or profile once its probe has run."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        page = client.get("/models").text
+        if page.count("probed 20") >= len(DEFAULT_MODELS):
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"the default models were not all probed:\n{log.read_text()[-3000:]}")
+    assert "<code>hermes_json</code>" in page  # SmolLM2's tool-call parser
+    assert "384 dims, mean pooling" in page  # all-MiniLM-L6-v2's profile
+    assert 'class="badge cap-speech-to-text"' in page  # whisper's verified capability
