@@ -12,6 +12,7 @@ import typer
 import uvicorn
 from sqlmodel import Session
 
+from mlx_manager.cli_verbs import register_verbs
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
 from mlx_server.facade import (
@@ -300,3 +301,6 @@ def admin_set_password(
         except PasswordRefused as exc:
             raise _fail(str(exc)) from exc
     typer.echo("admin password set; dashboard sessions from before have ended")
+
+
+register_verbs(app)  # pull, run, ls, ps, show, load, unload, rm (cli_verbs.py)

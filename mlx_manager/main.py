@@ -12,6 +12,7 @@ from starlette.types import Scope
 
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
 from mlx_manager.routers import (
+    admin_api,
     audit,
     backends,
     chat,
@@ -101,7 +102,8 @@ def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Seque
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
     app.mount("/static", StaticFiles(packages=[STATIC_PACKAGE_DIR]), name="static")
-    server_app = create_server_app(embedded=True, host_names=(settings.host,))
+    # The manager's admin routes (pulls, deleting a model) live under /v1/admin with the server's.
+    server_app = create_server_app(embedded=True, host_names=(settings.host,), routers=(admin_api.router,))
     app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
     app.mount("/v1", server_app)
     # Ollama's API: its own server app where Ollama's clients look (/api/chat ...), counted in

@@ -20,7 +20,7 @@ from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import database_status, get_engine, get_session, upgrade_database
 from mlx_server.errors import APIError, ModelNotFoundError
-from mlx_server.home_lock import HomeInUse, lock_home
+from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
@@ -228,6 +228,7 @@ __all__ = [
     "RequestGuard",
     "RuleIn",
     "SamplingParams",
+    "ServingProcess",
     "SettingsSlot",
     "SlidingWindow",
     "SpeechStream",
@@ -312,6 +313,7 @@ __all__ = [
     "save_backend",
     "save_rule",
     "server_services",
+    "serving_process",
     "set_audit_retention",
     "set_default_max_tokens",
     "set_model_options",

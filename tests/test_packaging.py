@@ -175,7 +175,7 @@ def _commands_answer(venv: Path, cwd: Path, env: dict[str, str]) -> None:
     each start of mlx-manager imports the whole stack, so it is started once here."""
     python = str(venv / "bin" / "python")
     listed = _run([python, "-m", "mlx_manager"], cwd, env)  # no arguments: the help, exit 0
-    assert "Usage: python -m mlx_manager" in listed and " serve " in listed
+    assert "Usage: python -m mlx_manager" in listed and " serve " in listed and " pull " in listed
     assert "serve" in _run(["mlx-server"], cwd, env)
     assert _run([python, "-m", "mlx_server", "--version"], cwd, env).startswith("mlx-server ")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class ProbeJob(Job[str]):
     steps: list[ProbeStep] = field(default_factory=list)
     error: str | None = None
     result: ModelCapabilities | None = None
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def model_id(self) -> str:
