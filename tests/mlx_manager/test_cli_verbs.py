@@ -1,6 +1,7 @@
 """The verbs Ollama and LM Studio users type, against a real `mlx-manager serve` (SmolLM2): run as a
 conversation in a pseudo-terminal (reasoning dimmed) and once, tool calls as lines, ps / load /
-unload / show / rm, wrong ids, and pull from the local hub with its progress bar and probe.
+unload / show / rm, wrong ids, pull from the local hub (progress bar, Ctrl-C, resume, probe), and
+an API key once the server needs one.
 
 One test drives them all, in a user's order, so the suite starts one server for them (the steps
 are the helpers below).
@@ -24,8 +25,10 @@ from typer.testing import CliRunner, Result
 from mlx_manager.cli import app
 from mlx_manager.cli_client import ServerClient
 from mlx_manager.cli_run import TerminalChat, converse
+from mlx_manager.records import DownloadJob
 from mlx_server.database import get_engine, upgrade_database
-from mlx_server.records import AuditLog, ModelCapabilities, ModelRecord, ModelSource
+from mlx_server.records import ApiKeyScope, AuditLog, ModelCapabilities, ModelRecord, ModelSource
+from mlx_server.services.operations.api_keys import create_api_key
 from tests.conftest import SMOLLM_REPO
 from tests.hub_server import HubServer
 from tests.support import MLX_MANAGER, ServerProcess
@@ -106,7 +109,8 @@ def test_the_verbs_against_a_running_server(
         _load_ps_unload()
         _show_and_rm(smollm_dir)
         _wrong_ids_name_the_known_ones()
-        _pull_from_the_hub()
+        _pull_from_the_hub(hub)
+        _a_key_when_the_server_needs_one(monkeypatch)
     finally:
         server.stop()
 
@@ -210,18 +214,43 @@ def _wrong_ids_name_the_known_ones() -> None:
     assert missing.exit_code == 1 and "mlx-community/no-such-repo" in missing.output, missing.output
 
 
-def _pull_from_the_hub() -> None:
-    """The progress bar in a terminal, the probe on arrival, then the model answers."""
+def _pull_from_the_hub(hub: HubServer) -> None:
+    """The progress bar in a terminal; Ctrl-C stops the download and pulling again resumes it;
+    the probe on arrival; then the model answers."""
+    hub.throttle_bps = 8 * 2**20  # ~14 s for the weights: time to see the bar and stop it
+    stopped = spawn("pull", SMOLLM_REPO)
+    stopped.expect(r"[1-9][\d.]*/[\d.]+ MiB")  # the bar's bytes so far of the total
+    stopped.sendintr()
+    stopped.expect_exact(f"`mlx-manager pull {SMOLLM_REPO}` resumes")
+    stopped.expect(pexpect.EOF)
+    stopped.close()
+    assert stopped.exitstatus == 1
+    hub.throttle_bps = None
     pull = spawn("pull", SMOLLM_REPO)
-    pull.expect(r"[\d.]+/[\d.]+ MiB")  # the bar's bytes so far of the total
+    pull.expect(r"[\d.]+/[\d.]+ MiB")
     pull.expect(f"pulled {SMOLLM_REPO} as model {SMOLLM_REPO}")
     pull.expect(pexpect.EOF)
     pull.close()
     shown = ANSI.sub("", pull.before)
     assert pull.exitstatus == 0, shown
     assert "probed: text-gen" in shown, shown
+    with Session(get_engine()) as session:
+        jobs = session.exec(select(DownloadJob)).all()
+    assert [(job.status, job.model_id) for job in jobs] == [("completed", SMOLLM_REPO)]  # one job, resumed
     answered = cli(
-        "run", SMOLLM_REPO, "What is the capital of France?", "--max-tokens", "8", "--temperature", "0"
+        "run", SMOLLM_REPO, "What is the capital of France?", "--max-tokens", "4", "--temperature", "0"
     )
     assert answered.exit_code == 0 and answered.output.strip(), answered.output
     assert cli("pull", SMOLLM_REPO).output.startswith(f"{SMOLLM_REPO} is already here")
+
+
+def _a_key_when_the_server_needs_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a key exists the server needs one: the CLI says how to give it, then uses it."""
+    with Session(get_engine()) as session:
+        key = create_api_key(session, name="cli", scope=ApiKeyScope.ADMIN).secret
+    refused = cli("ps")
+    assert refused.exit_code == 1 and "needs an API key" in refused.output and "--key" in refused.output
+    assert cli("ps", "--key", key).exit_code == 0
+    with monkeypatch.context() as patched:
+        patched.setenv("MLX_MANAGER_API_KEY", key)
+        assert cli("ps").exit_code == 0
