@@ -47,7 +47,7 @@ def pull(
         try:
             state = _follow(client, state)
         except KeyboardInterrupt:
-            client.call("POST", f"/v1/admin/downloads/{state.id}/cancel")
+            client.call("POST", f"/v1/admin/downloads/{state.download.id}/cancel")
             raise CliError(
                 f"stopped; the files received so far stay: `mlx-manager pull {repo_id}` resumes"
             ) from None
@@ -56,6 +56,7 @@ def pull(
 
 def _follow(client: ServerClient, state: PullState) -> PullState:
     """Show the pull's progress until it is finished; its last state."""
+    job_id, repo_id = state.download.id, state.download.repo_id
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -65,10 +66,10 @@ def _follow(client: ServerClient, state: PullState) -> PullState:
     )
     quiet = 0
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task(f"pulling {state.repo_id}", total=state.bytes_total)
+        task = progress.add_task(f"pulling {repo_id}", total=state.download.bytes_total)
         while not state.finished:
             seen = state
-            with client.events("GET", f"/v1/admin/downloads/{state.id}/events") as events:
+            with client.events("GET", f"/v1/admin/downloads/{job_id}/events") as events:
                 for data in events:
                     if isinstance(data.get("error"), dict):  # the stream's time limit: open it again
                         break
@@ -76,26 +77,28 @@ def _follow(client: ServerClient, state: PullState) -> PullState:
                     _show(progress, task, state)
             quiet = 0 if state != seen else quiet + 1
             if quiet > MAX_QUIET_RECONNECTS:
-                raise CliError(f"the server stopped reporting on download {state.id}; see the models page")
+                raise CliError(f"the server stopped reporting on download {job_id}; see the models page")
     return state
 
 
 def _show(progress: Progress, task: TaskID, state: PullState) -> None:
+    job = state.download
     if state.probe is not None:
         step = f": {state.probe.step}" if state.probe.step else ""
-        progress.update(task, description=f"probing {state.model_id}{step}")
-    elif state.status == DownloadStatus.QUEUED:
-        progress.update(task, description=f"{state.repo_id}: waiting for a free download slot")
+        progress.update(task, description=f"probing {job.model_id}{step}")
+    elif job.status == DownloadStatus.QUEUED:
+        progress.update(task, description=f"{job.repo_id}: waiting for a free download slot")
     else:
-        progress.update(task, description=f"pulling {state.repo_id}")
-    progress.update(task, total=state.bytes_total, completed=state.bytes_done)
+        progress.update(task, description=f"pulling {job.repo_id}")
+    progress.update(task, total=job.bytes_total, completed=job.bytes_done)
 
 
 def _report(state: PullState) -> None:
-    if state.status != DownloadStatus.COMPLETED or state.model_id is None:
-        raise CliError(f"download {state.status}: {state.error or 'see the models page'}")
-    model_id = state.model_id
-    console.print(f"pulled {state.repo_id} as model {model_id}")
+    job = state.download
+    if job.status != DownloadStatus.COMPLETED or job.model_id is None:
+        raise CliError(f"download {job.status}: {job.error or 'see the models page'}")
+    model_id = job.model_id
+    console.print(f"pulled {job.repo_id} as model {model_id}")
     probe = state.probe.status if state.probe else "not started"
     if probe == "done":
         with home_session() as session:

@@ -52,18 +52,18 @@ def _download(act: Callable[..., DownloadState], *args: Any) -> DownloadState:
 @router.post("/downloads", status_code=202)
 def pull(body: PullRequest) -> PullState:
     """Download a hub repository (or resume its stopped download); probed once it arrives."""
-    return PullState.of(_download(start_pull, body.repo_id, body.revision))
+    return PullState(download=_download(start_pull, body.repo_id, body.revision))
 
 
 @router.get("/downloads/{job_id}")
 def get_pull(job_id: RowId) -> PullState:
-    return PullState.of(_download(get_download_manager().get, job_id))
+    return PullState(download=_download(get_download_manager().get, job_id))
 
 
 @router.post("/downloads/{job_id}/cancel")
 def cancel_pull(job_id: RowId) -> PullState:
     """Stop the download; its partial files stay, and pulling the repo again resumes them."""
-    return PullState.of(_download(get_download_manager().cancel, job_id))
+    return PullState(download=_download(get_download_manager().cancel, job_id))
 
 
 @router.get("/downloads/{job_id}/events")

@@ -39,29 +39,15 @@ class PullProbe(BaseModel):
 
 
 class PullState(BaseModel):
-    """A pull as the CLI shows it: the download's figures, then the probe's progress."""
+    """A pull as the CLI shows it: the download (the dashboard's row), then the probe's progress."""
 
-    id: int
-    repo_id: str
-    revision: str
-    status: DownloadStatus
-    bytes_done: int
-    bytes_total: int | None
-    speed_bps: float | None = None
-    eta_seconds: float | None = None
-    error: str | None = None
-    model_id: str | None = None
+    download: DownloadState
     probe: PullProbe | None = None
-
-    @classmethod
-    def of(cls, state: DownloadState, probe: PullProbe | None = None) -> PullState:
-        fields = {name: getattr(state, name) for name in cls.model_fields if name != "probe"}
-        return cls(**fields, probe=probe)
 
     @property
     def finished(self) -> bool:
         """Nothing more will happen: the download stopped, or it completed and its probe ended."""
-        if self.status in (DownloadStatus.QUEUED, DownloadStatus.RUNNING):
+        if self.download.active:
             return False
         return self.probe is None or self.probe.status != "running"
 
@@ -94,13 +80,13 @@ async def follow_pull(job_id: int) -> AsyncIterator[PullState]:
     try:
         state = await asyncio.to_thread(manager.get, job_id)
         while state.active:
-            yield PullState.of(state)
+            yield PullState(download=state)
             state = await updates.get()
         if state.status != DownloadStatus.COMPLETED or state.model_id is None:
-            yield PullState.of(state)
+            yield PullState(download=state)
             return
         async for probe in _follow_probe(state.model_id, completed_at[0] or time.monotonic()):
-            yield PullState.of(state, probe)
+            yield PullState(download=state, probe=probe)
     finally:
         unsubscribe()
 

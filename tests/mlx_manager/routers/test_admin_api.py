@@ -39,11 +39,12 @@ def _follow(api: TestClient, job_id: int) -> list[dict[str, Any]]:
 def test_a_pull_streams_its_progress_until_the_model_is_registered(api: TestClient) -> None:
     started = api.post("/v1/admin/downloads", json={"repo_id": SMOLLM_REPO})
     assert started.status_code == 202, started.text
-    assert started.json()["status"] in ("queued", "running")
-    states = _follow(api, started.json()["id"])
+    assert started.json()["download"]["status"] in ("queued", "running")
+    states = _follow(api, started.json()["download"]["id"])
     last = states[-1]
-    assert last["status"] == "completed" and last["model_id"] == SMOLLM_REPO
-    assert last["bytes_done"] == last["bytes_total"] > 100 * 2**20
+    job = last["download"]
+    assert job["status"] == "completed" and job["model_id"] == SMOLLM_REPO
+    assert job["bytes_done"] == job["bytes_total"] > 100 * 2**20
     assert last["probe"] == {"status": "off", "step": None, "error": None}
     assert api.get(f"/v1/models/{SMOLLM_REPO}").status_code == 200
     again = api.post("/v1/admin/downloads", json={"repo_id": SMOLLM_REPO})
@@ -51,13 +52,13 @@ def test_a_pull_streams_its_progress_until_the_model_is_registered(api: TestClie
 
 
 def test_pulling_a_cancelled_repo_again_resumes_its_download(api: TestClient) -> None:
-    first = api.post("/v1/admin/downloads", json={"repo_id": SMOLLM_REPO}).json()
+    first = api.post("/v1/admin/downloads", json={"repo_id": SMOLLM_REPO}).json()["download"]
     cancelled = api.post(f"/v1/admin/downloads/{first['id']}/cancel")
-    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert cancelled.status_code == 200 and cancelled.json()["download"]["status"] == "cancelled"
     resumed = api.post("/v1/admin/downloads", json={"repo_id": SMOLLM_REPO})
     assert resumed.status_code == 202
-    assert resumed.json()["id"] == first["id"]  # the same job, continued from its files
-    assert _follow(api, first["id"])[-1]["status"] == "completed"
+    assert resumed.json()["download"]["id"] == first["id"]  # the same job, continued from its files
+    assert _follow(api, first["id"])[-1]["download"]["status"] == "completed"
 
 
 def test_pull_refusals_are_api_errors(api: TestClient) -> None:
