@@ -6,9 +6,9 @@
 - the manager's services never import its web layer (pages are rendered by routers and `web/`);
 - no source file over 400 lines, no function over 60 lines.
 
-The migrations (`mlx_server/migrations/`, package data Alembic runs by path) are not source these
-rules cover: their scripts are generated, and their env.py registers the tables of both packages
-because the one database holds both.
+The migrations (`migrations/`, package data Alembic runs by path through `mlx_server/migrations`)
+are not source these rules cover: their scripts are generated, and their env.py registers the
+tables of both packages because the one database holds both.
 """
 
 from __future__ import annotations
