@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -12,6 +12,7 @@ from starlette.types import Scope
 
 from mlx_manager.config import ManagerSettings, get_manager_settings, use_manager_settings
 from mlx_manager.routers import (
+    admin_api,
     audit,
     backends,
     chat,
@@ -34,7 +35,7 @@ from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
-from mlx_manager.web.templating import STATIC_DIR
+from mlx_manager.web.templating import STATIC_PACKAGE_DIR
 from mlx_server.facade import (
     GuardPolicy,
     RequestGuard,
@@ -49,10 +50,11 @@ from mlx_server.facade import (
 
 
 @asynccontextmanager
-async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
-    then its own (hub downloads, resumed where a previous run left them)."""
-    async with server_services(), download_services(), probe_services(), chat_services():
+    then its own (hub downloads, resumed where a previous run left them; the first probes)."""
+    probe_first = app.state.probe_at_start
+    async with server_services(), download_services(), probe_services(probe_first), chat_services():
         yield
 
 
@@ -66,7 +68,9 @@ def _dashboard_access(request: Request) -> bool:
     return logged_in or not get_manager_settings().login_required
 
 
-def create_app(settings: ManagerSettings | None = None) -> FastAPI:
+def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Sequence[str] = ()) -> FastAPI:
+    """The dashboard and both server apps; `probe_at_start`: models probed in the background once
+    the app has started (`serve` passes the default models it has just imported)."""
     settings = settings or get_manager_settings()
     use_manager_settings(settings)  # pages see what the app was created with (serve --host)
     # The embedded server must use the manager's database and models, whatever
@@ -74,6 +78,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     use_server_settings(settings.server_settings())
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
+    app.state.probe_at_start = tuple(probe_at_start)
     page_routers = [
         m.router
         for m in (
@@ -96,8 +101,9 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     ]
     for router in (health_router, *page_routers, settings_router):
         app.include_router(router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    server_app = create_server_app(embedded=True, host_names=(settings.host,))
+    app.mount("/static", StaticFiles(packages=[STATIC_PACKAGE_DIR]), name="static")
+    # The manager's admin routes (pulls, deleting a model) live under /v1/admin with the server's.
+    server_app = create_server_app(embedded=True, host_names=(settings.host,), routers=(admin_api.router,))
     app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
     app.mount("/v1", server_app)
     # Ollama's API: its own server app where Ollama's clients look (/api/chat ...), counted in

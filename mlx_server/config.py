@@ -14,7 +14,10 @@ DEFAULT_HOME = Path("~/.mlx-manager")
 
 
 class MLXServerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MLX_SERVER_", extra="ignore", populate_by_name=True)
+    # A `.env` file in the working directory is read too; the environment wins over it.
+    model_config = SettingsConfigDict(
+        env_prefix="MLX_SERVER_", env_file=".env", extra="ignore", populate_by_name=True
+    )
 
     # The server shares the manager's home (database + models) unless told otherwise,
     # so a standalone `mlx-server` sees the models the dashboard manages.

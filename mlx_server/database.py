@@ -18,7 +18,9 @@ from sqlmodel import Session, create_engine, func, select
 from mlx_server.config import get_settings
 from mlx_server.records import ModelRecord
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+# The migrations are package data (mlx_server/migrations), named the way Alembic resolves a
+# package resource (importlib.resources): the same in a checkout and in an installed wheel.
+MIGRATIONS = "mlx_server:migrations"
 BUSY_TIMEOUT_MS = 5000
 
 _engines: dict[Path, Engine] = {}
@@ -59,9 +61,15 @@ def get_session() -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
-def alembic_config(engine: Engine) -> Config:
+def _scripts_config() -> Config:
+    """Alembic's configuration, built here (no alembic.ini needed at run time)."""
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("script_location", MIGRATIONS)
+    return config
+
+
+def alembic_config(engine: Engine) -> Config:
+    config = _scripts_config()
     config.set_main_option("sqlalchemy.url", str(engine.url))
     return config
 
@@ -69,7 +77,7 @@ def alembic_config(engine: Engine) -> Config:
 @lru_cache(maxsize=1)
 def head_revision() -> str | None:
     """The newest migration (read once: migrations do not change while the app runs)."""
-    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    return ScriptDirectory.from_config(_scripts_config()).get_current_head()
 
 
 def current_revision(engine: Engine | None = None) -> str | None:

@@ -14,12 +14,13 @@ from mlx_server import __version__
 from mlx_server.api.metrics import metrics_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
+from mlx_server.cli import HELP_OPTIONS, BareHelpGroup, version_option
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import database_status, get_engine, get_session, upgrade_database
 from mlx_server.errors import APIError, ModelNotFoundError
-from mlx_server.home_lock import HomeInUse, lock_home
+from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
@@ -181,6 +182,7 @@ def memory_budget_bytes() -> int:
 
 __all__ = [
     "DEFAULT_HOME",
+    "HELP_OPTIONS",
     "KV_BITS",
     "KV_GROUP_SIZES",
     "MAX_DEFAULT_MAX_TOKENS",
@@ -194,6 +196,7 @@ __all__ = [
     "AuditFilter",
     "AuditLog",
     "BackendIn",
+    "BareHelpGroup",
     "CompletionStats",
     "Embeddings",
     "Finish",
@@ -225,6 +228,7 @@ __all__ = [
     "RequestGuard",
     "RuleIn",
     "SamplingParams",
+    "ServingProcess",
     "SettingsSlot",
     "SlidingWindow",
     "SpeechStream",
@@ -309,6 +313,7 @@ __all__ = [
     "save_backend",
     "save_rule",
     "server_services",
+    "serving_process",
     "set_audit_retention",
     "set_default_max_tokens",
     "set_model_options",
@@ -322,5 +327,6 @@ __all__ = [
     "use_server_settings",
     "utcnow",
     "validate_model_id",
+    "version_option",
     "write_override",
 ]

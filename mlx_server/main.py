@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -114,6 +114,7 @@ def create_app(
     host_names: tuple[str, ...] = (),
     mount: str = "/v1",
     metrics: ServerMetrics | None = None,
+    routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
     """Build the server app.
 
@@ -122,6 +123,8 @@ def create_app(
     Standalone: serves /v1/... and /api/... itself and runs `server_services()` as its lifespan.
     `host_names`: Host headers to accept besides loopback and the settings' (the manager's bind).
     `metrics`: count into another app's metrics (the manager's apps into one /metrics).
+    `routers`: routes the embedding app adds under this app's prefix, behind the same key policy,
+    audit and error shapes (the manager's /v1/admin/downloads, DELETE /v1/admin/models/{id}).
     """
     settings = get_settings()
     app = FastAPI(
@@ -149,6 +152,8 @@ def create_app(
         app.include_router(v1_router, prefix="" if embedded else "/v1")
     if not embedded or mount == "/api":
         app.include_router(ollama_router, prefix="" if embedded else "/api")
+    for router in routers:
+        app.include_router(router)
     if not embedded:
         configure_tracing(token=settings.logfire_token, service_name="mlx-server")
     return app

@@ -1,6 +1,6 @@
 """Database tables owned by the server (one SQLite file shared with the manager).
 
-The schema is owned by the Alembic migrations in `migrations/`; these classes must
+The schema is owned by the Alembic migrations in `mlx_server/migrations/`; these classes must
 match them exactly (tests/test_database.py checks there is no drift).
 """
 

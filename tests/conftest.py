@@ -38,7 +38,8 @@ HEAVY_FIXTURES = {
 def _heavy(item: pytest.Item) -> bool:
     fixtures = set(getattr(item, "fixturenames", ()))
     # A module that imports ServerProcess starts `mlx-manager serve`, which imports SmolLM2.
-    return bool(HEAVY_FIXTURES & fixtures) or hasattr(getattr(item, "module", None), "ServerProcess")
+    module_serves = hasattr(getattr(item, "module", None), "ServerProcess")
+    return bool(HEAVY_FIXTURES & fixtures) or module_serves or item.get_closest_marker("heavy") is not None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
