@@ -24,12 +24,14 @@ from mlx_manager.routers import (
     login,
     lora_adapters,
     mcp,
+    model_disk,
     models,
     pages,
     server,
 )
 from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
+from mlx_manager.services.conversion_jobs import conversion_services
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
@@ -52,7 +54,13 @@ from mlx_server.facade import (
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
     then its own (hub downloads, resumed where a previous run left them)."""
-    async with server_services(), download_services(), probe_services(), chat_services():
+    async with (
+        server_services(),
+        download_services(),
+        probe_services(),
+        conversion_services(),
+        chat_services(),
+    ):
         yield
 
 
@@ -78,6 +86,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
         m.router
         for m in (
             pages,
+            model_disk,  # before models: its /models/{id} would take /models/discovered
             models,
             server,
             chat,

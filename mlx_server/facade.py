@@ -22,17 +22,21 @@ from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.home_lock import HomeInUse, lock_home
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
+from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
+from mlx_server.models.disk import DiskModel, inspect_path
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
+    add_model,
     default_whisper_dir,
     ensure_default_models,
     get_model,
     import_gguf,
     import_whisper,
     list_models,
+    suggested_model_id,
     validate_model_id,
 )
 from mlx_server.models.whisper_import import WhisperImportError
@@ -73,6 +77,14 @@ from mlx_server.services.operations.audit_search import (
     rows_after,
 )
 from mlx_server.services.operations.audit_search import count as count_audit_rows
+from mlx_server.services.operations.conversion import (
+    CONVERT_BITS,
+    CONVERT_GROUP_SIZES,
+    ConversionPlan,
+    ConversionProgress,
+    convert_model,
+    plan_conversion,
+)
 from mlx_server.services.operations.generation_defaults import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
@@ -84,6 +96,11 @@ from mlx_server.services.operations.lora_adapters import (
     register_adapter,
     remove_adapter,
 )
+from mlx_server.services.operations.model_defaults import (
+    model_defaults,
+    set_model_defaults,
+    update_model_defaults,
+)
 from mlx_server.services.operations.model_options import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -91,6 +108,11 @@ from mlx_server.services.operations.model_options import (
     draft_candidates,
     model_options,
     set_model_options,
+)
+from mlx_server.services.operations.model_registration import (
+    add_model_from_disk,
+    set_probe_starter,
+    start_arrival_probe,
 )
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
@@ -180,6 +202,8 @@ def memory_budget_bytes() -> int:
 
 
 __all__ = [
+    "CONVERT_BITS",
+    "CONVERT_GROUP_SIZES",
     "DEFAULT_HOME",
     "KV_BITS",
     "KV_GROUP_SIZES",
@@ -195,6 +219,9 @@ __all__ = [
     "AuditLog",
     "BackendIn",
     "CompletionStats",
+    "ConversionPlan",
+    "ConversionProgress",
+    "DiskModel",
     "Embeddings",
     "Finish",
     "FinishReason",
@@ -209,6 +236,8 @@ __all__ = [
     "LoadedImage",
     "MLXServerSettings",
     "ModelCapabilities",
+    "ModelDefaults",
+    "ModelDefaultsError",
     "ModelNotFoundError",
     "ModelOptions",
     "ModelRecord",
@@ -241,6 +270,8 @@ __all__ = [
     "WhisperImportError",
     "__version__",
     "adapter_views",
+    "add_model",
+    "add_model_from_disk",
     "audit_retention",
     "audit_service",
     "backend_view",
@@ -248,6 +279,7 @@ __all__ = [
     "bind_refusal",
     "check_request",
     "configure_tracing",
+    "convert_model",
     "count_audit_rows",
     "create_api_key",
     "create_embeddings",
@@ -273,6 +305,7 @@ __all__ = [
     "import_whisper",
     "input_list",
     "inspect_audio",
+    "inspect_path",
     "is_cross_site",
     "is_loopback",
     "is_probe_running",
@@ -289,8 +322,11 @@ __all__ = [
     "lock_home",
     "memory_budget_bytes",
     "metrics_router",
+    "model_defaults",
     "model_options",
     "page_before",
+    "parse_assignments",
+    "plan_conversion",
     "pool_limits",
     "pool_state",
     "pool_status",
@@ -311,13 +347,18 @@ __all__ = [
     "server_services",
     "set_audit_retention",
     "set_default_max_tokens",
+    "set_model_defaults",
     "set_model_options",
     "set_pinned",
     "set_pool_limits",
+    "set_probe_starter",
+    "start_arrival_probe",
+    "suggested_model_id",
     "synthesize_speech",
     "transcribe_audio",
     "unload_all",
     "unload_model",
+    "update_model_defaults",
     "upgrade_database",
     "use_server_settings",
     "utcnow",

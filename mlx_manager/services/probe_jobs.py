@@ -16,7 +16,7 @@ from typing import Literal
 from mlx_manager.services.downloads import CompletedDownload, add_completion_hook, remove_completion_hook
 from mlx_manager.services.jobs import Job, JobRegistry
 from mlx_manager.services.settings_store import AUTO_PROBE
-from mlx_server.facade import APIError, ModelCapabilities, ProbeStep, probe_model
+from mlx_server.facade import APIError, ModelCapabilities, ProbeStep, probe_model, set_probe_starter
 
 
 @dataclass(eq=False)
@@ -79,12 +79,15 @@ async def _probe(job: ProbeJob) -> None:
 @asynccontextmanager
 async def probe_services() -> AsyncIterator[None]:
     """The app's probe jobs: fresh at start, cancelled at shutdown (before the pool unloads);
-    each completed download is probed while the auto-probe setting is on."""
+    each completed download is probed while the auto-probe setting is on, and each model added
+    from disk or converted (also through /v1/admin/models) is probed as one of these jobs."""
     reset_probe_jobs()
     add_completion_hook(probe_download, enabled_by=AUTO_PROBE)
+    set_probe_starter(start_probe)
     try:
         yield
     finally:
+        set_probe_starter(None)
         remove_completion_hook(probe_download)
         await get_probe_jobs().shutdown()
         reset_probe_jobs()
