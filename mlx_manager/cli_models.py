@@ -28,6 +28,7 @@ from mlx_server.facade import (
     ProbeStep,
     add_model,
     convert_model,
+    expand_user,
     get_engine,
     get_server_settings,
     list_models,
@@ -103,7 +104,7 @@ def models_scan(
     """Models on this machine not added yet (Hugging Face cache, LM Studio, the models page's
     folders): what each is, and whether it can be added or must be converted."""
     with _session() as session:
-        found = scan_models(session, tuple(p.expanduser().absolute() for p in folder or ()))
+        found = scan_models(session, tuple(expand_user(p) for p in folder or ()))
     if not found:
         typer.echo("nothing found that is not added already")
         return

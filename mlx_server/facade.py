@@ -24,7 +24,7 @@ from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
 from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
-from mlx_server.models.disk import DiskModel, inspect_path
+from mlx_server.models.disk import DiskModel, expand_user, inspect_path
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
@@ -295,6 +295,7 @@ __all__ = [
     "distinct_values",
     "draft_candidates",
     "ensure_default_models",
+    "expand_user",
     "generate_chat_completion",
     "get_engine",
     "get_model",

@@ -7,6 +7,7 @@ Included before routers/models.py, whose `/models/{id}` would otherwise take the
 from __future__ import annotations
 
 import asyncio
+from html import escape
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
@@ -116,12 +117,17 @@ async def start_convert(
     return templates.TemplateResponse(request, CONVERSION, {"job": job}, status_code=202)
 
 
+def _no_conversion(model_id: str) -> HTMLResponse:
+    message = f"<p>No conversion into {escape(model_id)} in this run of the app.</p>"
+    return HTMLResponse(message, status_code=404)
+
+
 @router.get("/conversions/{model_id:path}", response_class=HTMLResponse)
 def conversion(request: Request, model_id: str) -> Response:
     """A conversion's widget: progress while it runs (it polls itself), then how it ended."""
     job = get_convert_jobs().get(model_id)
     if job is None:
-        return HTMLResponse(f"<p>No conversion into {model_id} in this run of the app.</p>", status_code=404)
+        return _no_conversion(model_id)
     return templates.TemplateResponse(request, CONVERSION, {"job": job})
 
 
@@ -132,6 +138,8 @@ async def cancel(request: Request, model_id: str) -> Response:
     if job is not None:
         await job.ended_within(10)
     job = job or get_convert_jobs().get(model_id)
-    if not wants_fragment(request) or job is None:
+    if job is None:
+        return _no_conversion(model_id)
+    if not wants_fragment(request):
         return RedirectResponse("/models#conversions", status_code=303)
     return templates.TemplateResponse(request, CONVERSION, {"job": job})

@@ -22,7 +22,14 @@ from sqlmodel import Session
 
 from mlx_manager.services.hub import load_hub_config
 from mlx_manager.services.settings_store import Setting, SettingError, get_setting, set_setting
-from mlx_server.facade import DiskModel, get_server_settings, inspect_path, list_models, suggested_model_id
+from mlx_server.facade import (
+    DiskModel,
+    expand_user,
+    get_server_settings,
+    inspect_path,
+    list_models,
+    suggested_model_id,
+)
 
 logger = logging.getLogger("mlx_manager.discovery")
 
@@ -77,7 +84,7 @@ def save_model_folders(session: Session, text: str) -> list[Path]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        folder = Path(line.strip()).expanduser()
+        folder = expand_user(Path(line.strip())) if line.strip().startswith("~/") else Path(line.strip())
         if not folder.is_absolute():
             raise SettingError(f"{line.strip()!r} is not an absolute path; write it from / (or ~/).")
         folders.append(str(folder))

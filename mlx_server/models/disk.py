@@ -8,6 +8,7 @@ registered models.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import struct
@@ -48,9 +49,28 @@ class DiskModel:
         return self.kind == "checkpoint"
 
 
-def directory_size(path: Path) -> int:
-    """Bytes of the files under `path` (symlinks followed: a hub snapshot links its blobs)."""
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def expand_user(path: Path) -> Path:
+    """`~` expanded where it can be ("~someone" of no such user stays as typed), made absolute."""
+    with contextlib.suppress(RuntimeError):
+        path = path.expanduser()
+    return path.absolute()
+
+
+def directory_size(path: Path, depth: int = 2) -> int:
+    """Bytes of the files in `path` and its subdirectories down to `depth` levels (a model's
+    layout; bounded, so a path that is no model is never walked whole). Symlinks are followed:
+    a hub snapshot links its blobs."""
+    total = 0
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.is_file():
+            total += entry.stat().st_size
+        elif entry.is_dir() and depth > 1:
+            total += directory_size(entry, depth - 1)
+    return total
 
 
 def safetensors_header(path: Path) -> dict[str, Any]:
@@ -99,12 +119,11 @@ def inspect_path(path: Path) -> DiskModel:
     if not path.is_dir():
         raise FileNotFoundError(f"nothing at {path}")
     config = read_config(path)
-    size = directory_size(path)
     if not config:
-        return DiskModel(path, "unsupported", None, size, "no config.json: not a model directory")
+        return DiskModel(path, "unsupported", None, 0, "no config.json: not a model directory")
     model_type = detect_model_type(path, config)
     kind, reason = _weights(path, config, model_type)
-    return DiskModel(path, kind, model_type, size, reason, _bits(config))
+    return DiskModel(path, kind, model_type, directory_size(path), reason, _bits(config))
 
 
 def _bits(config: dict[str, Any]) -> int | None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from mlx_server.models.disk import inspect_path
+from mlx_server.models.disk import expand_user, inspect_path
 from mlx_server.models.gguf_import import ConvertedModel, convert_gguf
 from mlx_server.models.whisper_import import convert_ctranslate2_whisper
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource, utcnow
@@ -215,7 +215,7 @@ def add_model(
     A directory is registered in place (the row keeps its path, nothing is copied; deleting the
     model never touches the files) unless `copy`; a GGUF file is always converted into
     `models_dir`. Refused with what to do for anything the server cannot load."""
-    path = path.expanduser().absolute()
+    path = expand_user(path)
     try:
         found = inspect_path(path)
     except FileNotFoundError:

@@ -28,7 +28,7 @@ from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
-from mlx_server.models.disk import directory_size, inspect_path
+from mlx_server.models.disk import directory_size, expand_user, inspect_path
 from mlx_server.models.store import get_model, model_dir, suggested_model_id, validate_model_id
 from mlx_server.records import ModelRecord, ModelSource
 
@@ -76,7 +76,7 @@ def plan_conversion(
         raise _refused(f"bits must be 4 or 8, not {bits}.", "bits")
     if group_size not in CONVERT_GROUP_SIZES:
         raise _refused(f"group_size must be 32, 64 or 128, not {group_size}.", "group_size")
-    source = source.expanduser().absolute()
+    source = expand_user(source)
     if not source.is_dir():
         raise _refused(f"There is no directory at {source}; give a Hugging Face checkpoint's directory.")
     found = inspect_path(source)
