@@ -98,6 +98,14 @@ def weights_dtype(header: dict[str, Any]) -> str | None:
     return None
 
 
+def saved_as(header: dict[str, Any]) -> str | None:
+    """Who wrote a safetensors file, as its metadata says: "mlx" (mlx-lm, our importers), "pt"
+    (transformers)...; None when it says nothing."""
+    metadata = header.get("__metadata__")
+    saved_by = metadata.get("format") if isinstance(metadata, dict) else None
+    return saved_by if isinstance(saved_by, str) else None
+
+
 def mlx_lm_architecture(config: dict[str, Any]) -> str | None:
     """The mlx-lm module that runs this config's model_type (its own remapping), or None."""
     from mlx_lm import utils
@@ -155,7 +163,7 @@ def _weights(path: Path, config: dict[str, Any], model_type: ModelType) -> tuple
     if not list(path.glob("model*.safetensors")):
         return "unsupported", f"mlx-lm reads model*.safetensors; this directory has {safetensors[0].name}"
     header = safetensors_header(safetensors[0])
-    is_mlx = header.get("__metadata__", {}).get("format") == "mlx" or "quantization" in config
+    is_mlx = saved_as(header) == "mlx" or "quantization" in config
     if is_mlx:
         return "mlx", f"MLX model ({_format_words(safetensors[0], config)})"
     return "checkpoint", (
@@ -168,7 +176,7 @@ def _format_words(weights: Path, config: dict[str, Any]) -> str:
     bits = _bits(config)
     header = safetensors_header(weights) if weights.suffix == ".safetensors" else {}
     dtype = weights_dtype(header)
-    saved_by = header.get("__metadata__", {}).get("format")
+    saved_by = saved_as(header)
     parts = [f"{bits}-bit" if bits else (dtype or "float"), str(config.get("model_type") or "unknown type")]
     if saved_by and saved_by != "mlx":
         parts.append(f"saved as {saved_by!r}")

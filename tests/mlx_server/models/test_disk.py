@@ -82,3 +82,18 @@ def test_ids_come_from_the_hub_cache_repo_or_the_name(tmp_path: Path) -> None:
     folder = tmp_path / "My Model (v2)"
     folder.mkdir()
     assert suggested_model_id(folder) == "My-Model-v2"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "model_type"),
+    [
+        ("tiny_vision_dir", ModelType.VISION),
+        ("tiny_tts_dir", ModelType.TEXT_TO_SPEECH),
+        ("whisper_dir", ModelType.SPEECH_TO_TEXT),
+    ],
+)
+def test_vision_and_speech_directories_are_addable_with_their_type(
+    request: pytest.FixtureRequest, fixture: str, model_type: ModelType
+) -> None:
+    found = inspect_path(request.getfixturevalue(fixture))
+    assert (found.kind, found.model_type) == ("mlx", model_type) and found.addable
