@@ -12,6 +12,7 @@ import typer
 import uvicorn
 from sqlmodel import Session
 
+from mlx_manager import cli_models
 from mlx_manager.cli_verbs import register_verbs
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
@@ -54,11 +55,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="MLX Manager: local models on MLX.",
 )
-models_cli = typer.Typer(cls=BareHelpGroup, help="List and import models.")
+models_cli = typer.Typer(cls=BareHelpGroup, help="List, add, find, convert and import models.")
 db_cli = typer.Typer(cls=BareHelpGroup, help="Database maintenance.")
 keys_cli = typer.Typer(cls=BareHelpGroup, help="API keys for /v1.")
 admin_cli = typer.Typer(cls=BareHelpGroup, help="The dashboard's admin account.")
 app.add_typer(models_cli, name="models")
+models_cli.add_typer(cli_models.app)  # models add | scan | convert | set
 app.add_typer(db_cli, name="db")
 app.add_typer(keys_cli, name="keys")
 app.add_typer(admin_cli, name="admin")

@@ -53,7 +53,7 @@ def show(
     model_id: ModelId,
     template: Annotated[bool, typer.Option("--template", help="Print only the chat template.")] = False,
 ) -> None:
-    """A model in full: path, type, size, parsers, capabilities and chat template."""
+    """A model in full: path, type, size, parsers, capabilities, defaults and chat template."""
     with home_session() as session:
         details = model_details(session, model_id)
     if details is None:
@@ -79,6 +79,7 @@ def _print_details(details: ModelDetails) -> None:
         ("practical max tokens", str(details.practical_max_tokens or "-")),
         ("draft model", details.draft_model or "-"),
         ("KV cache bits", str(details.kv_bits or "-")),
+        *((f"default {key}", str(value)) for key, value in (details.defaults.stored() or {}).items()),
     ]
     table = Table(box=None, show_header=False, title=details.id, title_justify="left", title_style="bold")
     table.add_column(style="bold")

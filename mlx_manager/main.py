@@ -25,12 +25,14 @@ from mlx_manager.routers import (
     login,
     lora_adapters,
     mcp,
+    model_disk,
     models,
     pages,
     server,
 )
 from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
+from mlx_manager.services.conversion_jobs import conversion_services
 from mlx_manager.services.downloads import download_services
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
@@ -52,9 +54,15 @@ from mlx_server.facade import (
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
-    then its own (hub downloads, resumed where a previous run left them; the first probes)."""
-    probe_first = app.state.probe_at_start
-    async with server_services(), download_services(), probe_services(probe_first), chat_services():
+    then its own (hub downloads, resumed where a previous run left them; the first probes;
+    conversions)."""
+    async with (
+        server_services(),
+        download_services(),
+        probe_services(app.state.probe_at_start),
+        conversion_services(),
+        chat_services(),
+    ):
         yield
 
 
@@ -83,6 +91,7 @@ def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Seque
         m.router
         for m in (
             pages,
+            model_disk,  # before models: its /models/{id} would take /models/discovered
             models,
             server,
             chat,

@@ -23,17 +23,21 @@ from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
+from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
+from mlx_server.models.disk import DiskModel, expand_user, inspect_path
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
+    add_model,
     default_whisper_dir,
     ensure_default_models,
     get_model,
     import_gguf,
     import_whisper,
     list_models,
+    suggested_model_id,
     validate_model_id,
 )
 from mlx_server.models.whisper_import import WhisperImportError
@@ -74,6 +78,14 @@ from mlx_server.services.operations.audit_search import (
     rows_after,
 )
 from mlx_server.services.operations.audit_search import count as count_audit_rows
+from mlx_server.services.operations.conversion import (
+    CONVERT_BITS,
+    CONVERT_GROUP_SIZES,
+    ConversionPlan,
+    ConversionProgress,
+    convert_model,
+    plan_conversion,
+)
 from mlx_server.services.operations.generation_defaults import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
@@ -85,6 +97,11 @@ from mlx_server.services.operations.lora_adapters import (
     register_adapter,
     remove_adapter,
 )
+from mlx_server.services.operations.model_defaults import (
+    model_defaults,
+    set_model_defaults,
+    update_model_defaults,
+)
 from mlx_server.services.operations.model_options import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -92,6 +109,11 @@ from mlx_server.services.operations.model_options import (
     draft_candidates,
     model_options,
     set_model_options,
+)
+from mlx_server.services.operations.model_registration import (
+    add_model_from_disk,
+    set_probe_starter,
+    start_arrival_probe,
 )
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
@@ -181,6 +203,8 @@ def memory_budget_bytes() -> int:
 
 
 __all__ = [
+    "CONVERT_BITS",
+    "CONVERT_GROUP_SIZES",
     "DEFAULT_HOME",
     "HELP_OPTIONS",
     "KV_BITS",
@@ -198,6 +222,9 @@ __all__ = [
     "BackendIn",
     "BareHelpGroup",
     "CompletionStats",
+    "ConversionPlan",
+    "ConversionProgress",
+    "DiskModel",
     "Embeddings",
     "Finish",
     "FinishReason",
@@ -212,6 +239,8 @@ __all__ = [
     "LoadedImage",
     "MLXServerSettings",
     "ModelCapabilities",
+    "ModelDefaults",
+    "ModelDefaultsError",
     "ModelNotFoundError",
     "ModelOptions",
     "ModelRecord",
@@ -245,6 +274,8 @@ __all__ = [
     "WhisperImportError",
     "__version__",
     "adapter_views",
+    "add_model",
+    "add_model_from_disk",
     "audit_retention",
     "audit_service",
     "backend_view",
@@ -252,6 +283,7 @@ __all__ = [
     "bind_refusal",
     "check_request",
     "configure_tracing",
+    "convert_model",
     "count_audit_rows",
     "create_api_key",
     "create_embeddings",
@@ -267,6 +299,7 @@ __all__ = [
     "distinct_values",
     "draft_candidates",
     "ensure_default_models",
+    "expand_user",
     "generate_chat_completion",
     "get_engine",
     "get_model",
@@ -277,6 +310,7 @@ __all__ = [
     "import_whisper",
     "input_list",
     "inspect_audio",
+    "inspect_path",
     "is_cross_site",
     "is_loopback",
     "is_probe_running",
@@ -293,8 +327,11 @@ __all__ = [
     "lock_home",
     "memory_budget_bytes",
     "metrics_router",
+    "model_defaults",
     "model_options",
     "page_before",
+    "parse_assignments",
+    "plan_conversion",
     "pool_limits",
     "pool_state",
     "pool_status",
@@ -316,13 +353,18 @@ __all__ = [
     "serving_process",
     "set_audit_retention",
     "set_default_max_tokens",
+    "set_model_defaults",
     "set_model_options",
     "set_pinned",
     "set_pool_limits",
+    "set_probe_starter",
+    "start_arrival_probe",
+    "suggested_model_id",
     "synthesize_speech",
     "transcribe_audio",
     "unload_all",
     "unload_model",
+    "update_model_defaults",
     "upgrade_database",
     "use_server_settings",
     "utcnow",

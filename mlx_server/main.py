@@ -26,6 +26,7 @@ from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import configure_tracing
 from mlx_server.services.operations.audit import audit_service
 from mlx_server.services.operations.metrics import ServerMetrics
+from mlx_server.services.operations.model_registration import cancel_arrival_probes
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
 from mlx_server.services.operations.responses_store import prune_expired_responses
 from mlx_server.services.operations.scheduler import get_scheduler, schedule_every, stop_scheduler
@@ -95,6 +96,7 @@ async def server_services() -> AsyncIterator[None]:
         gc.unfreeze()  # a later app in this process (tests) starts from a collectable heap
         if owns_scheduler:
             await stop_scheduler()
+        await cancel_arrival_probes()
         # The pool's lock and tasks belong to this event loop; the next app gets a fresh pool.
         await get_model_pool().unload_all()
         reset_model_pool()

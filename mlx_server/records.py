@@ -21,7 +21,12 @@ def utcnow() -> datetime:
 class ModelSource(StrEnum):
     HUB = "hub"
     GGUF_IMPORT = "gguf-import"
+    # Copied into our models directory (the bundled defaults, `models add --copy`).
     LOCAL = "local"
+    # Registered where it lies (`models add PATH`): deleting the model never touches its files.
+    IN_PLACE = "in-place"
+    # Made here by mlx-lm's conversion (services/operations/conversion.py), in our models directory.
+    CONVERTED = "converted"
 
 
 class ModelRecord(SQLModel, table=True):
@@ -43,6 +48,9 @@ class ModelRecord(SQLModel, table=True):
     draft_model: str | None = Field(default=None, max_length=255)
     kv_bits: int | None = None
     kv_group_size: int | None = None
+    # What the model runs with when a request leaves it out: models/defaults.py's ModelDefaults
+    # as JSON (only the keys set; None: none set).
+    defaults: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class ModelCapabilities(SQLModel, table=True):

@@ -40,6 +40,8 @@ class LocalModel:
     busy: bool  # serving requests right now
     # What the probe stored, else what the files say (detection: config.json, modules.json).
     model_type: str
+    # Its directory is gone (moved, deleted, a disk unplugged): requests for it are refused.
+    missing: bool = False
 
     @property
     def id(self) -> str:
@@ -60,6 +62,11 @@ class LocalModel:
             ("text-to-speech", bool(caps.supports_tts)),
         ]
         return [name for name, present in found if present]
+
+    @property
+    def keeps_files(self) -> bool:
+        """Deleting it only unregisters it: registered in place, or outside our models directory."""
+        return _keeps_files(self.record)
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ def local_models(session: Session) -> list[LocalModel]:
                 pinned=state.pinned,
                 busy=state.busy,
                 model_type=_model_type(record, capabilities.get(record.id)),
+                missing=not (Path(record.path) / "config.json").is_file(),
             )
         )
     return rows
@@ -118,9 +126,9 @@ def delete_model(session: Session, model_id: str) -> str:
     """Unregister a model and remove the files we own; returns what was done, for the page.
 
     Refused while the model is loaded or being probed: unloading first is the user's call.
-    Imported models (GGUF, the bundled defaults) live in our models directory and are removed;
-    hub downloads are removed from the hub cache; a model registered from the user's own
-    directory keeps its files.
+    Imported, copied and converted models live in our models directory and are removed; hub
+    downloads are removed from the hub cache; a model registered in place (the user's own
+    directory) keeps its files: only its row goes.
     """
     record = get_model(session, model_id)
     if record is None:
@@ -130,20 +138,36 @@ def delete_model(session: Session, model_id: str) -> str:
     if is_probe_running(model_id):
         raise ModelStoreError(f"{model_id} is being probed; delete it once the probe has finished.")
     path = Path(record.path)
-    # Files in our models directory are ours: GGUF imports and the bundled default models.
-    if record.source != ModelSource.HUB and path.is_relative_to(get_server_settings().models_dir):
-        shutil.rmtree(path, ignore_errors=True)
-        done = f"Deleted {model_id} and its files ({path})."
+    if _keeps_files(record):
+        done = f"Removed {model_id} from the list; its files stay in {path}."
     elif record.source == ModelSource.HUB:
         done = _delete_from_hub_cache(model_id, path)
-    else:
-        done = f"Removed {model_id} from the list; its files stay in {path}."
+    else:  # files in our models directory are ours: imports, copies, conversions
+        shutil.rmtree(path, ignore_errors=True)
+        done = f"Deleted {model_id} and its files ({path})."
     capabilities = session.get(ModelCapabilities, model_id)
     if capabilities is not None:
         session.delete(capabilities)
     session.delete(record)
     session.commit()
     return done
+
+
+def added_how(record: ModelRecord) -> str:
+    """How a model just added from disk got here, for the page's message."""
+    if record.source == ModelSource.IN_PLACE:
+        return f"registered where it is, in {record.path}; nothing was copied"
+    if record.source == ModelSource.GGUF_IMPORT:
+        return f"converted from GGUF into {record.path}"
+    return f"copied into {record.path}"
+
+
+def _keeps_files(record: ModelRecord) -> bool:
+    if record.source == ModelSource.IN_PLACE:
+        return True
+    return record.source != ModelSource.HUB and not Path(record.path).is_relative_to(
+        get_server_settings().models_dir
+    )
 
 
 def _delete_from_hub_cache(model_id: str, snapshot: Path) -> str:

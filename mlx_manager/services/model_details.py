@@ -14,7 +14,7 @@ from pathlib import Path
 from sqlmodel import Session
 
 from mlx_manager.services.local_models import local_model
-from mlx_server.facade import read_chat_template
+from mlx_server.facade import ModelDefaults, read_chat_template
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class ModelDetails:
     chat_template: str  # "" when the model has none
     draft_model: str | None
     kv_bits: int | None
+    defaults: ModelDefaults  # what requests that leave them out run with (only those set)
 
 
 def model_details(session: Session, model_id: str) -> ModelDetails | None:
@@ -60,4 +61,5 @@ def model_details(session: Session, model_id: str) -> ModelDetails | None:
         chat_template=read_chat_template(Path(record.path)),
         draft_model=record.draft_model,
         kv_bits=record.kv_bits,
+        defaults=ModelDefaults.from_stored(record.defaults),
     )

@@ -20,7 +20,14 @@ from sqlmodel import Session
 from mlx_manager.services.downloads import CompletedDownload, add_completion_hook, remove_completion_hook
 from mlx_manager.services.jobs import Job, JobRegistry
 from mlx_manager.services.settings_store import AUTO_PROBE, get_setting
-from mlx_server.facade import APIError, ModelCapabilities, ProbeStep, get_engine, probe_model
+from mlx_server.facade import (
+    APIError,
+    ModelCapabilities,
+    ProbeStep,
+    get_engine,
+    probe_model,
+    set_probe_starter,
+)
 
 logger = logging.getLogger("mlx_manager.probe")
 
@@ -87,13 +94,17 @@ async def _probe(job: ProbeJob) -> None:
 async def probe_services(probe_first: Sequence[str] = ()) -> AsyncIterator[None]:
     """The app's probe jobs: fresh at start, cancelled at shutdown (before the pool unloads);
     each completed download is probed while the auto-probe setting is on, and so are the models
-    in `probe_first` (the default models `serve` has just imported), one after another."""
+    in `probe_first` (the default models `serve` has just imported), one after another; each
+    model added from disk or converted (also through /v1/admin/models) is probed as one of these
+    jobs."""
     reset_probe_jobs()
     add_completion_hook(probe_download, enabled_by=AUTO_PROBE)
+    set_probe_starter(start_probe)
     in_turn = asyncio.create_task(probe_in_turn(probe_first), name="probe at start") if probe_first else None
     try:
         yield
     finally:
+        set_probe_starter(None)
         remove_completion_hook(probe_download)
         if in_turn is not None:
             in_turn.cancel()

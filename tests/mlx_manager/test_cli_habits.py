@@ -93,13 +93,22 @@ def test_ls_show_and_rm_work_without_a_server(home: Path, tmp_path: Path) -> Non
     (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     upgrade_database()
     with Session(get_engine()) as session:
-        session.add(ModelRecord(id="mine", source=ModelSource.LOCAL, path=str(folder), size_bytes=3 * 2**20))
+        session.add(
+            ModelRecord(
+                id="mine",
+                source=ModelSource.LOCAL,
+                path=str(folder),
+                size_bytes=3 * 2**20,
+                defaults={"temperature": 0.0, "context_length": 4096},
+            )
+        )
         session.commit()
     listed = CliRunner().invoke(app, ["ls"])
     assert listed.exit_code == 0 and "mine" in listed.output and "3.0 MiB" in listed.output
     shown = CliRunner().invoke(app, ["show", "mine"])
     assert shown.exit_code == 0, shown.output
     assert "not probed" in shown.output and "{{ messages }}" in shown.output
+    assert "default temperature" in shown.output and "default context_length" in shown.output
     removed = CliRunner().invoke(app, ["rm", "mine"])
     assert removed.exit_code == 0 and "its files stay" in removed.output
     assert folder.is_dir()

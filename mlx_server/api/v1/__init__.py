@@ -10,6 +10,7 @@ from mlx_server.api.v1 import (
     embeddings,
     lora,
     messages,
+    model_admin,
     models,
     responses,
     speech,
@@ -26,5 +27,6 @@ router.include_router(embeddings.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)
+router.include_router(model_admin.router)
 router.include_router(lora.router)
 router.include_router(backends.router)

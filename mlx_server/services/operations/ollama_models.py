@@ -17,6 +17,7 @@ from typing import Any
 from sqlmodel import Session
 
 from mlx_server.database import get_engine
+from mlx_server.models.defaults import ModelDefaults
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template, read_config
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import get_model, list_models
@@ -29,6 +30,40 @@ _CAPABILITIES = {
     ModelType.VISION: ["completion", "tools", "vision"],
     ModelType.EMBEDDINGS: ["embedding"],
 }
+
+
+# ModelDefaults field -> Ollama's parameter name (as a Modelfile's PARAMETER lines name them).
+_PARAMETERS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repeat_penalty",
+    "max_tokens": "num_predict",
+    "context_length": "num_ctx",
+}
+
+
+def _parameters(defaults: ModelDefaults) -> list[tuple[str, Any]]:
+    return [
+        (name, value)
+        for field, name in _PARAMETERS.items()
+        if (value := getattr(defaults, field)) is not None
+    ]
+
+
+def parameters_text(defaults: ModelDefaults) -> str:
+    """The model's defaults in Ollama's `parameters` text: a name padded to 30 columns, then the
+    value, one per line."""
+    return "\n".join(f"{name:<30} {value}" for name, value in _parameters(defaults))
+
+
+def _modelfile(record: ModelRecord, defaults: ModelDefaults) -> str:
+    lines = [f"# Served by MLX Server from {record.path}", f"FROM {record.id}"]
+    lines += [f"PARAMETER {name} {value}" for name, value in _parameters(defaults)]
+    if defaults.system_prompt:
+        lines.append(f'SYSTEM """{defaults.system_prompt}"""')
+    return "\n".join(lines) + "\n"
 
 
 def _iso(moment: datetime) -> str:
@@ -107,15 +142,17 @@ def show(model_id: str) -> dict[str, Any]:
     capabilities = list(_CAPABILITIES.get(model_type, []))
     if probed is not None and probed.supports_thinking:
         capabilities.append("thinking")
-    return {
-        "modelfile": f"# Served by MLX Server from {record.path}\nFROM {record.id}\n",
-        "parameters": "",
+    defaults = ModelDefaults.from_stored(record.defaults)
+    shown = {
+        "modelfile": _modelfile(record, defaults),
+        "parameters": parameters_text(defaults),
         "template": read_chat_template(path),
         "details": details(config),
         "model_info": _model_info(record.id, config),
         "capabilities": capabilities,
         "modified_at": _iso(record.created_at),
     }
+    return {**shown, "system": defaults.system_prompt} if defaults.system_prompt else shown
 
 
 def running() -> dict[str, Any]:

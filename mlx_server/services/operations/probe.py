@@ -224,7 +224,7 @@ async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: _
             loaded.config, budget_bytes=budget_bytes, weights_bytes=loaded.size_bytes, dtype_bytes=dtype_bytes
         )
         per_token = kv_bytes_per_token(loaded.config, dtype_bytes)
-        outcome.detail = f"{practical} tokens (context {loaded.context_length}"
+        outcome.detail = f"{practical} tokens (context {loaded.trained_context_length}"
         if per_token:
             free = max(0, budget_bytes - loaded.size_bytes)
             outcome.detail += f"; {per_token} KV bytes per token, {free / GB:.2f} GB beside the weights"

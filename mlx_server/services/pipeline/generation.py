@@ -58,6 +58,9 @@ class GenerationParams:
     # max_tokens as an upper bound (Anthropic clients must send one and send their cloud
     # model's maximum): beyond the context it is lowered to what fits instead of rejected.
     max_tokens_is_ceiling: bool = False
+    # The sampling fields (SamplingParams names) the client left out, which the model's defaults
+    # fill (pipeline/model_defaults.py); empty for callers that set their own (probe, benchmarks).
+    defaultable: frozenset[str] = frozenset()
 
 
 @dataclass

@@ -24,6 +24,7 @@ from mlx_server.models.pool import get_model_pool
 from mlx_server.observability import GenerationSpan, traced_pipeline
 from mlx_server.services.leased_stream import LeasedStream
 from mlx_server.services.operations.generation_defaults import default_max_tokens
+from mlx_server.services.operations.model_defaults import current_defaults
 from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
 from mlx_server.services.pipeline.constraints import (
     GrammarProcessor,
@@ -40,6 +41,7 @@ from mlx_server.services.pipeline.generation import (
     admission,
     generate_text,
 )
+from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.pipeline.vision import VisionInputs, request_images, vision_inputs
 from mlx_server.services.remote.routing import route_chat
@@ -120,6 +122,23 @@ async def _prompt(
     return text, vision.input_ids, vision
 
 
+async def _fitting_prompt(
+    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+) -> tuple[str, list[int], VisionInputs | None]:
+    """The prompt; a model set to truncate (its context_overflow default) drops the oldest
+    messages until the prompt leaves room for the reply: max_tokens, at most half the context."""
+    text, tokens, vision = await _prompt(loaded, request, tools)
+    context = loaded.context_length
+    if not loaded.defaults.truncates or context is None or request.messages is None:
+        return text, tokens, vision
+    reserve = min(request.params.max_tokens or default_max_tokens(), context // 2)
+    messages = request.messages
+    while len(tokens) + reserve > context and (shorter := without_oldest_turn(messages)) is not None:
+        messages = shorter
+        text, tokens, vision = await _prompt(loaded, replace(request, messages=messages), tools)
+    return text, tokens, vision
+
+
 def max_tokens_for(
     loaded: LoadedModel,
     prompt_tokens: int,
@@ -135,11 +154,12 @@ def max_tokens_for(
     if context is None:
         return requested or default
     room = context - prompt_tokens
+    limit = " (its context_length default)" if loaded.defaults.context_length else ""
     if room <= 0:
         raise APIError(
             400,
             f"The prompt is {prompt_tokens} tokens, but {loaded.model_id!r} has a context of {context} "
-            "tokens; shorten the prompt.",
+            f"tokens{limit}; shorten the prompt.",
             param=prompt_param,
             code="context_length_exceeded",
         )
@@ -151,7 +171,7 @@ def max_tokens_for(
         raise APIError(
             400,
             f"The prompt ({prompt_tokens} tokens) plus max_tokens ({requested}) exceeds the context of "
-            f"{context} tokens; set max_tokens to at most {room}.",
+            f"{context} tokens{limit}; set max_tokens to at most {room}.",
             param="max_tokens",
             code="context_length_exceeded",
         )
@@ -216,7 +236,8 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        prompt_text, prompt, vision = await _prompt(loaded, request, shown_tools)
+        request = with_model_defaults(request, current_defaults(loaded))
+        prompt_text, prompt, vision = await _fitting_prompt(loaded, request, shown_tools)
         max_tokens = max_tokens_for(
             loaded,
             len(prompt),
@@ -280,7 +301,9 @@ async def count_chat_tokens(request: GenerationRequest) -> int:
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        return len((await _prompt(loaded, request, shown_tools))[1])
+        return len(
+            (await _prompt(loaded, with_model_defaults(request, current_defaults(loaded)), shown_tools))[1]
+        )
     finally:
         release()
 

@@ -55,6 +55,16 @@ def ollama_model(name: str) -> str:
     )
 
 
+# SamplingParams field -> the Ollama option that sets it.
+_OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repeat_penalty",
+}
+
+
 def generation_params(options: OllamaOptions | None) -> GenerationParams:
     o = options or OllamaOptions()
     if o.num_predict == 0:
@@ -74,7 +84,11 @@ def generation_params(options: OllamaOptions | None) -> GenerationParams:
         seed=o.seed,
     )
     max_tokens = o.num_predict if o.num_predict is not None and o.num_predict > 0 else None
-    return GenerationParams(max_tokens=max_tokens, stop=list(o.stop or []), sampling=sampling)
+    # Options the client left out: the model's defaults first, Ollama's own above otherwise.
+    unset = frozenset(name for name, option in _OPTIONS.items() if getattr(o, option) is None)
+    return GenerationParams(
+        max_tokens=max_tokens, stop=list(o.stop or []), sampling=sampling, defaultable=unset
+    )
 
 
 def output_format(value: OutputFormatField) -> OutputFormat | None:
