@@ -37,6 +37,7 @@ from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
 from mlx_manager.web.templating import STATIC_DIR
 from mlx_server.facade import (
     GuardPolicy,
+    PathAliases,
     RequestGuard,
     __version__,
     configure_tracing,
@@ -112,5 +113,6 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     # their protocols').
     policy = GuardPolicy.from_settings(settings.server_settings(), (settings.host,))
     app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1", "/api"))
+    app.add_middleware(PathAliases)  # outermost: /rerank, /tokenize, /detokenize are /v1's
     configure_tracing(token=settings.logfire_token, service_name="mlx-manager")
     return app

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mlx_server import __version__
 from mlx_server.api.metrics import metrics_router
+from mlx_server.api.path_aliases import PathAliases
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
@@ -217,6 +218,7 @@ __all__ = [
     "ModelType",
     "NewApiKey",
     "Notice",
+    "PathAliases",
     "PoolLimits",
     "PoolState",
     "ProbeStep",

@@ -13,6 +13,7 @@ from mlx_server.api.v1 import (
     models,
     responses,
     speech,
+    tokenize,
     transcriptions,
 )
 
@@ -23,6 +24,7 @@ router.include_router(completions.router)
 router.include_router(messages.router)
 router.include_router(responses.router)
 router.include_router(embeddings.router)
+router.include_router(tokenize.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)

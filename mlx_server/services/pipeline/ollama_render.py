@@ -22,6 +22,7 @@ from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
+    Notice,
     ReasoningDelta,
     Reply,
     TextDelta,
@@ -109,6 +110,7 @@ async def chunks(
 ) -> AsyncIterator[dict[str, Any]]:
     """The NDJSON objects of a streamed reply, the figures in the last."""
     finish: Finish | None = None
+    notices: list[str] = []
     async for event in events:
         match event:
             case TextDelta(text=text) if text:
@@ -117,10 +119,14 @@ async def chunks(
                 yield {**_piece(kind, model, thinking=text), "done": False}
             case ToolCallDone(call=call) if kind == "chat":
                 yield {**_piece(kind, model, tool_calls=[tool_call(call)]), "done": False}
+            case Notice(message=message):
+                notices.append(message)
             case Finish():
                 finish = event
     last = _piece(kind, model)
     last.update(done=True, done_reason=done_reason(finish), **clock.figures(stats))
+    if notices:
+        last["warnings"] = notices  # as in a whole reply
     yield last
 
 
