@@ -56,6 +56,7 @@ class LocalModel:
             ("thinking", bool(caps.supports_thinking)),
             ("vision", caps.model_type == "vision"),
             ("embeddings", caps.model_type == "embeddings"),
+            ("rerank", caps.model_type == "rerank"),
             ("speech-to-text", bool(caps.supports_stt)),
             ("text-to-speech", bool(caps.supports_tts)),
         ]

@@ -11,6 +11,7 @@ from mlx_server.api.v1 import (
     lora,
     messages,
     models,
+    rerank,
     responses,
     speech,
     tokenize,
@@ -25,6 +26,7 @@ router.include_router(messages.router)
 router.include_router(responses.router)
 router.include_router(embeddings.router)
 router.include_router(tokenize.router)
+router.include_router(rerank.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)
