@@ -31,6 +31,7 @@ from mlx_manager.routers import (
 from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.downloads import download_services
+from mlx_manager.services.ollama_pulls import pulls_for_ollama
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
@@ -53,7 +54,7 @@ from mlx_server.facade import (
 async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
     then its own (hub downloads, resumed where a previous run left them)."""
-    async with server_services(), download_services(), probe_services(), chat_services():
+    async with server_services(), download_services(), pulls_for_ollama(), probe_services(), chat_services():
         yield
 
 

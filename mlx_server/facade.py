@@ -85,6 +85,7 @@ from mlx_server.services.operations.lora_adapters import (
     register_adapter,
     remove_adapter,
 )
+from mlx_server.services.operations.model_files import delete_model
 from mlx_server.services.operations.model_options import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -93,6 +94,7 @@ from mlx_server.services.operations.model_options import (
     model_options,
     set_model_options,
 )
+from mlx_server.services.operations.model_pulls import PullProgress, set_model_puller
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
     load_model,
@@ -222,6 +224,7 @@ __all__ = [
     "PoolLimits",
     "PoolState",
     "ProbeStep",
+    "PullProgress",
     "ReasoningDelta",
     "Reply",
     "RequestGuard",
@@ -259,6 +262,7 @@ __all__ = [
     "default_max_tokens_setting",
     "default_whisper_dir",
     "delete_backend",
+    "delete_model",
     "delete_override",
     "delete_rule",
     "detect_model_type",
@@ -314,6 +318,7 @@ __all__ = [
     "set_audit_retention",
     "set_default_max_tokens",
     "set_model_options",
+    "set_model_puller",
     "set_pinned",
     "set_pool_limits",
     "synthesize_speech",

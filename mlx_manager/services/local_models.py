@@ -11,23 +11,20 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import scan_cache_dir
-from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
 from sqlmodel import Session, select
 
 from mlx_manager.services.hub import config_quantization_bits
 from mlx_server.facade import (
     ModelCapabilities,
     ModelRecord,
-    ModelSource,
-    ModelStoreError,
+    delete_model,
     detect_model_type,
-    get_model,
     get_server_settings,
-    is_probe_running,
     list_models,
     pool_state,
 )
+
+__all__ = ["DiskUsage", "LocalModel", "delete_model", "disk_usage", "local_model", "local_models"]
 
 
 @dataclass(frozen=True)
@@ -113,47 +110,3 @@ def disk_usage(models: list[LocalModel]) -> DiskUsage:
     return DiskUsage(
         models_bytes=sum(m.record.size_bytes for m in models), free_bytes=shutil.disk_usage(home).free
     )
-
-
-def delete_model(session: Session, model_id: str) -> str:
-    """Unregister a model and remove the files we own; returns what was done, for the page.
-
-    Refused while the model is loaded or being probed: unloading first is the user's call.
-    Imported models (GGUF, the bundled defaults) live in our models directory and are removed;
-    hub downloads are removed from the hub cache; a model registered from the user's own
-    directory keeps its files.
-    """
-    record = get_model(session, model_id)
-    if record is None:
-        raise ModelStoreError(f"There is no model {model_id!r}.")
-    if pool_state(model_id).loaded:
-        raise ModelStoreError(f"{model_id} is loaded; unload it before deleting it.")
-    if is_probe_running(model_id):
-        raise ModelStoreError(f"{model_id} is being probed; delete it once the probe has finished.")
-    path = Path(record.path)
-    # Files in our models directory are ours: GGUF imports and the bundled default models.
-    if record.source != ModelSource.HUB and path.is_relative_to(get_server_settings().models_dir):
-        shutil.rmtree(path, ignore_errors=True)
-        done = f"Deleted {model_id} and its files ({path})."
-    elif record.source == ModelSource.HUB:
-        done = _delete_from_hub_cache(model_id, path)
-    else:
-        done = f"Removed {model_id} from the list; its files stay in {path}."
-    capabilities = session.get(ModelCapabilities, model_id)
-    if capabilities is not None:
-        session.delete(capabilities)
-    session.delete(record)
-    session.commit()
-    return done
-
-
-def _delete_from_hub_cache(model_id: str, snapshot: Path) -> str:
-    """The snapshot's revision, through huggingface_hub's own cache bookkeeping (blobs shared
-    with other revisions stay)."""
-    cache_dir = snapshot.parent.parent.parent  # <cache>/models--org--name/snapshots/<commit>
-    try:
-        strategy = scan_cache_dir(cache_dir).delete_revisions(snapshot.name)
-    except (OSError, CacheNotFound, CorruptedCacheException) as exc:
-        return f"Removed {model_id} from the list; its hub cache files could not be read ({exc})."
-    strategy.execute()
-    return f"Deleted {model_id} and {strategy.expected_freed_size_str} from the hub cache."
