@@ -255,7 +255,7 @@ def copy(body: OllamaCopyRequest, request: Request) -> Response:
 def push(body: OllamaPushRequest, request: Request) -> Response:
     audit_details(request).model = body.model
     raise APIError(
-        501,
+        400,  # not 501: a 5xx says the server failed (tests/test_fuzz.py); this is the request
         "Pushing is not supported: this server runs models from Hugging Face repos and local files "
         "and has no registry to push to. Upload a model directory with "
         "`huggingface-cli upload <org/name> <directory>` instead.",

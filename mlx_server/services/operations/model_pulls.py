@@ -44,7 +44,7 @@ def set_model_puller(puller: Puller | None) -> None:
 def model_puller() -> Puller:
     if _puller is None:
         raise APIError(
-            501,
+            400,  # the request cannot be served here; a 5xx would say the server failed
             "This server cannot download models: /api/pull uses the dashboard's download manager, "
             "which runs with `mlx-manager serve` (not the standalone mlx-server). Download there, "
             "or import a model directory or GGUF file with `mlx-manager models`.",

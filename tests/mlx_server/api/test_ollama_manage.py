@@ -87,10 +87,10 @@ def test_delete_removes_the_name_and_the_files_only_with_the_last_name(
 def test_push_and_a_standalone_pull_say_why_not_and_are_audited(client: ollama.Client) -> None:
     with pytest.raises(ollama.ResponseError) as push:
         client.push("minilm")
-    assert push.value.status_code == 501 and "huggingface-cli upload" in push.value.error
+    assert push.value.status_code == 400 and "huggingface-cli upload" in push.value.error
     with pytest.raises(ollama.ResponseError) as pull:
         client.pull("mlx-community/SmolLM2-135M-Instruct-4bit")
-    assert pull.value.status_code == 501 and "mlx-manager serve" in pull.value.error
+    assert pull.value.status_code == 400 and "mlx-manager serve" in pull.value.error
     with pytest.raises(ollama.ResponseError) as bare:
         client.pull("llama3")
     assert bare.value.status_code == 400 and "org/name" in bare.value.error
@@ -100,6 +100,6 @@ def test_push_and_a_standalone_pull_say_why_not_and_are_audited(client: ollama.C
         rows = session.exec(select(AuditLog).where(col(AuditLog.endpoint).in_(endpoints))).all()
     assert sorted((r.endpoint, r.status, r.protocol) for r in rows) == [
         ("POST /api/pull", 400, "ollama"),
-        ("POST /api/pull", 501, "ollama"),
-        ("POST /api/push", 501, "ollama"),
+        ("POST /api/pull", 400, "ollama"),
+        ("POST /api/push", 400, "ollama"),
     ]
