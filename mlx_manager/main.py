@@ -34,12 +34,14 @@ from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.conversion_jobs import conversion_services
 from mlx_manager.services.downloads import download_services
+from mlx_manager.services.ollama_pulls import pulls_for_ollama
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
 from mlx_manager.web.templating import STATIC_PACKAGE_DIR
 from mlx_server.facade import (
     GuardPolicy,
+    PathAliases,
     RequestGuard,
     __version__,
     configure_tracing,
@@ -54,11 +56,12 @@ from mlx_server.facade import (
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
-    then its own (hub downloads, resumed where a previous run left them; the first probes;
-    conversions)."""
+    then its own (hub downloads, resumed where a previous run left them; pulls for Ollama's
+    /api/pull; the first probes; conversions)."""
     async with (
         server_services(),
         download_services(),
+        pulls_for_ollama(),
         probe_services(app.state.probe_at_start),
         conversion_services(),
         chat_services(),
@@ -127,5 +130,6 @@ def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Seque
     # their protocols').
     policy = GuardPolicy.from_settings(settings.server_settings(), (settings.host,))
     app.add_middleware(RequestGuard, policy=policy, refuse=_refused, cross_site=False, exempt=("/v1", "/api"))
+    app.add_middleware(PathAliases)  # outermost: /rerank, /tokenize, /detokenize are /v1's
     configure_tracing(token=settings.logfire_token, service_name="mlx-manager")
     return app

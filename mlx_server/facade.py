@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mlx_server import __version__
 from mlx_server.api.metrics import metrics_router
+from mlx_server.api.path_aliases import PathAliases
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.cli import HELP_OPTIONS, BareHelpGroup, version_option
@@ -102,6 +103,7 @@ from mlx_server.services.operations.model_defaults import (
     set_model_defaults,
     update_model_defaults,
 )
+from mlx_server.services.operations.model_files import delete_model, keeps_files
 from mlx_server.services.operations.model_options import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -110,6 +112,7 @@ from mlx_server.services.operations.model_options import (
     model_options,
     set_model_options,
 )
+from mlx_server.services.operations.model_pulls import PullProgress, set_model_puller
 from mlx_server.services.operations.model_registration import (
     add_model_from_disk,
     set_probe_starter,
@@ -249,9 +252,11 @@ __all__ = [
     "ModelType",
     "NewApiKey",
     "Notice",
+    "PathAliases",
     "PoolLimits",
     "PoolState",
     "ProbeStep",
+    "PullProgress",
     "ReasoningDelta",
     "Reply",
     "RequestGuard",
@@ -293,6 +298,7 @@ __all__ = [
     "default_max_tokens_setting",
     "default_whisper_dir",
     "delete_backend",
+    "delete_model",
     "delete_override",
     "delete_rule",
     "detect_model_type",
@@ -316,6 +322,7 @@ __all__ = [
     "is_probe_running",
     "is_routed_model",
     "iter_batches",
+    "keeps_files",
     "key_state",
     "keys_exist",
     "latest_id",
@@ -355,6 +362,7 @@ __all__ = [
     "set_default_max_tokens",
     "set_model_defaults",
     "set_model_options",
+    "set_model_puller",
     "set_pinned",
     "set_pool_limits",
     "set_probe_starter",

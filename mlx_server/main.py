@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
@@ -17,6 +17,7 @@ from mlx_server.api.error_shapes import install_error_handlers
 from mlx_server.api.key_middleware import ApiKeyMiddleware
 from mlx_server.api.metrics import metrics_router
 from mlx_server.api.ollama import router as ollama_router
+from mlx_server.api.path_aliases import PathAliases
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
@@ -37,6 +38,13 @@ RESPONSES_RETENTION_JOB = "responses-retention"
 POOL_IDLE_JOB = "pool-idle-sweep"
 
 health_router = APIRouter()
+root_router = APIRouter()
+
+
+@root_router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+def root() -> PlainTextResponse:
+    """What Ollama's root answers: its clients' heartbeat (`HEAD /`) and `curl /` check it."""
+    return PlainTextResponse("Ollama is running")
 
 
 @health_router.get("/health")
@@ -149,6 +157,7 @@ def create_app(
     app.add_middleware(AuditMiddleware, metrics=metrics)
     app.include_router(health_router)
     if not embedded:
+        app.include_router(root_router)
         app.include_router(metrics_router(metrics))
     if not embedded or mount == "/v1":
         app.include_router(v1_router, prefix="" if embedded else "/v1")
@@ -157,5 +166,6 @@ def create_app(
     for router in routers:
         app.include_router(router)
     if not embedded:
+        app.add_middleware(PathAliases)  # outermost: /rerank is /v1/rerank from the start
         configure_tracing(token=settings.logfire_token, service_name="mlx-server")
     return app

@@ -115,6 +115,8 @@ class AuditLog(SQLModel, table=True):
     key_name: str | None = Field(default=None, index=True, max_length=64)
     # The remote backend that answered (services/remote); None when a local model did.
     backend: str | None = Field(default=None, index=True, max_length=64)
+    # What the reply did not deliver: a rejected tool call and why, a required call not made.
+    warnings: list[str] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class ApiKeyScope(StrEnum):

@@ -31,7 +31,7 @@ from mlx_server.facade import AuditFilter, AuditLog, audit_service, get_engine, 
 CSV_COLUMNS = (
     "id", "request_id", "created_at", "endpoint", "model", "status", "latency_ms", "ttft_ms",
     "protocol", "stream", "prompt_tokens", "completion_tokens", "audio_seconds", "error", "parameters",
-    "key_name",
+    "key_name", "warnings",
 )  # fmt: skip
 # Rows per live-tail event; a burst larger than this goes out as several events.
 TAIL_BATCH = 50
@@ -43,7 +43,7 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _csv_cell(value: Any) -> Any:
-    if isinstance(value, dict):
+    if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         return "'" + value

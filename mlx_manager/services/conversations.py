@@ -184,7 +184,10 @@ def pipeline_messages(
             entry["content"] = _with_images(message)
         if message.role == "assistant":
             if message.tool_calls:
-                entry["tool_calls"] = message.tool_calls
+                # Without the playground's own marks ("rejected": the card's reason).
+                entry["tool_calls"] = [
+                    {k: v for k, v in call.items() if k != "rejected"} for call in message.tool_calls
+                ]
                 entry["content"] = message.content or None
             if message.reasoning:
                 entry["reasoning_content"] = message.reasoning

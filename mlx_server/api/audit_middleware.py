@@ -32,6 +32,9 @@ logger = logging.getLogger("mlx_server.audit")
 
 AUDIT_STATE_KEY = "audit"
 REQUEST_ID_HEADER = "x-request-id"
+# Why the model's tool calls were rejected (a non-streamed reply; streams: the audit row and the
+# protocol's last event, see docs/ARCHITECTURE.md "Tool calls and reasoning").
+REJECTED_CALLS_HEADER = "x-tool-calls-rejected"
 # nginx's "client closed request": the client left before the response was complete.
 CLIENT_CLOSED_REQUEST = 499
 AUDITED_PREFIXES = ("/v1", "/api")
@@ -86,6 +89,11 @@ class AuditDetails:
     key_name: str | None = None
     # The remote backend that answered (services/remote); None when a local model did.
     backend: str | None = None
+    # What the reply did not deliver (a rejected tool call, a required call not made): the row's
+    # warnings; `rejected_tool_calls` (why each was rejected) also becomes the
+    # x-tool-calls-rejected header of a response not yet started.
+    warnings: list[str] | None = None
+    rejected_tool_calls: list[str] = field(default_factory=list)
     # perf_counter() at the request's arrival: the origin of latency_ms and ttft_ms.
     started: float = field(default_factory=time.perf_counter, repr=False, compare=False)
 
@@ -123,8 +131,16 @@ def audit_stats(details: AuditDetails, stats: CompletionStats) -> None:
     details.prompt_tokens = stats.prompt_tokens or None
     details.completion_tokens = stats.completion_tokens
     details.backend = stats.backend
+    details.warnings = list(stats.notices) or None
+    details.rejected_tool_calls = list(stats.rejected_calls)
     if stats.first_token_at is not None and details.ttft_ms is None:
         details.ttft_ms = (stats.first_token_at - details.started) * 1000
+
+
+def header_text(text: str, limit: int = 1000) -> str:
+    """`text` as a header value: one line, ASCII (other characters escaped), at most `limit`."""
+    line = " ".join(text.split()).encode("ascii", "backslashreplace").decode("ascii")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _tool_name(tool: object) -> str:
@@ -231,6 +247,9 @@ class _Exchange:
             self.status = int(message["status"])
             headers = MutableHeaders(scope=message)
             headers.append(REQUEST_ID_HEADER, self.details.request_id)
+            if self.details.rejected_tool_calls:  # known before a whole (non-streamed) reply starts
+                reasons = "; ".join(self.details.rejected_tool_calls)
+                headers.append(REJECTED_CALLS_HEADER, header_text(reasons))
             if self.status >= 400 and "json" in Headers(raw=message["headers"]).get("content-type", ""):
                 self.error_body = bytearray()  # only error bodies are kept, never streams
         elif message["type"] == "http.response.body" and self.error_body is not None:
@@ -289,6 +308,7 @@ class _Exchange:
                 parameters=details.parameters,
                 key_name=details.key_name,
                 backend=details.backend,
+                warnings=details.warnings,
             )
             if self.metrics is not None:  # before the writer thread owns the row
                 self.metrics.observe(row, route_label(self.scope))

@@ -284,6 +284,12 @@ def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
     return loaded
 
 
+def _load_rerank_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_server.models.cross_encoder import load_cross_encoder  # mlx-embeddings on first use
+
+    return _measured_load(spec, load_cross_encoder)
+
+
 def _load_speech_model(spec: ModelSpec) -> LoadedModel:
     from mlx_audio.tts.utils import load
 
@@ -315,6 +321,7 @@ LOADERS: dict[ModelType, Callable[[ModelSpec], LoadedModel]] = {
     ModelType.VISION: _load_vision_model,
     ModelType.SPEECH_TO_TEXT: _load_transcription_model,
     ModelType.TEXT_TO_SPEECH: _load_speech_model,
+    ModelType.RERANK: _load_rerank_model,
 }
 
 # The endpoint that serves each type, for errors that send a request to the right one.
@@ -324,4 +331,5 @@ ENDPOINTS: dict[ModelType, str] = {
     ModelType.VISION: "/v1/chat/completions",
     ModelType.SPEECH_TO_TEXT: "/v1/audio/transcriptions",
     ModelType.TEXT_TO_SPEECH: "/v1/audio/speech",
+    ModelType.RERANK: "/v1/rerank",
 }

@@ -130,3 +130,23 @@ class OllamaShowRequest(_Body):
         if isinstance(value, dict) and "model" not in value and "name" in value:
             return {**value, "model": value["name"]}
         return value
+
+
+class OllamaPullRequest(OllamaShowRequest):
+    """`model` (or the older `name`): a Hugging Face repo id; `insecure` is accepted and unused."""
+
+    stream: bool = True
+    insecure: bool = False
+
+
+class OllamaDeleteRequest(OllamaShowRequest):
+    pass
+
+
+class OllamaCopyRequest(_Body):
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)
+
+
+class OllamaPushRequest(OllamaPullRequest):
+    pass

@@ -12,8 +12,10 @@ from mlx_server.api.v1 import (
     messages,
     model_admin,
     models,
+    rerank,
     responses,
     speech,
+    tokenize,
     transcriptions,
 )
 
@@ -24,6 +26,8 @@ router.include_router(completions.router)
 router.include_router(messages.router)
 router.include_router(responses.router)
 router.include_router(embeddings.router)
+router.include_router(tokenize.router)
+router.include_router(rerank.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)

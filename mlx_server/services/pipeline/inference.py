@@ -89,7 +89,10 @@ def encode(loaded: LoadedModel, text: str) -> list[int]:
 
 
 def _chat_prompt(
-    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+    loaded: LoadedModel,
+    request: GenerationRequest,
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool = True,
 ) -> tuple[str, list[int]]:
     """The prompt text through the model's chat template, and its tokens."""
     assert request.messages is not None, "a chat request"
@@ -102,7 +105,12 @@ def _chat_prompt(
             tools = None
         if instruction is not None:
             converted = adapter.add_system_text(converted, instruction)
-        text = adapter.apply_chat_template(converted, tools=tools, enable_thinking=request.enable_thinking)
+        text = adapter.apply_chat_template(
+            converted,
+            tools=tools,
+            enable_thinking=request.enable_thinking,
+            add_generation_prompt=add_generation_prompt,
+        )
     except ChatTemplateError as exc:
         raise APIError(400, str(exc), param="messages") from exc
     logger.debug("prompt for %s:\n%s", loaded.model_id, text)
@@ -110,12 +118,15 @@ def _chat_prompt(
 
 
 async def _prompt(
-    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+    loaded: LoadedModel,
+    request: GenerationRequest,
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool = True,
 ) -> tuple[str, list[int], VisionInputs | None]:
     """The prompt text and tokens; for a vision model also its images, processed with the
     prompt (its tokens then count each image's tokens)."""
     images = await request_images(loaded, request.images)
-    text, tokens = _chat_prompt(loaded, request, tools)
+    text, tokens = _chat_prompt(loaded, request, tools, add_generation_prompt)
     if loaded.model_type is not ModelType.VISION:
         return text, tokens, None
     vision = await vision_inputs(loaded, text, images)
@@ -258,6 +269,7 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
         tool_choice=request.tool_choice,
         output_format=request.output_format,
         constrained_calls=constrained_calls,
+        rejected_calls_as_content=request.rejected_calls_as_content,
     )
     params = _under_grammar(request.params) if constraint is not None else request.params
     pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint, vision)
@@ -272,6 +284,7 @@ async def _chat_events(
     try:
         async for piece in pieces:
             for event in turn.feed(piece.text, piece.logprobs):
+                stats.note(event)
                 yield event
             reason = piece.finish_reason or reason
             if turn.done:
@@ -279,6 +292,7 @@ async def _chat_events(
     finally:
         await pieces.aclose()
     for event in turn.finish(reason):
+        stats.note(event)
         yield event
     finish = turn.finish_reason(reason)
     yield Finish(finish, stats.stop_sequence if finish == "stop" else None)
@@ -298,12 +312,20 @@ def _under_grammar(params: GenerationParams) -> GenerationParams:
 
 async def count_chat_tokens(request: GenerationRequest) -> int:
     """Prompt tokens the same request would use: the real chat template and tokenizer."""
+    return len((await chat_prompt_tokens(request))[0])
+
+
+async def chat_prompt_tokens(
+    request: GenerationRequest, *, add_generation_prompt: bool = True
+) -> tuple[list[int], int | None]:
+    """The prompt tokens the same request would generate from (the real chat template and
+    tokenizer, tools and images included), and the model's context length."""
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        return len(
-            (await _prompt(loaded, with_model_defaults(request, current_defaults(loaded)), shown_tools))[1]
-        )
+        with_defaults = with_model_defaults(request, current_defaults(loaded))
+        tokens = (await _prompt(loaded, with_defaults, shown_tools, add_generation_prompt))[1]
+        return tokens, loaded.context_length
     finally:
         release()
 
