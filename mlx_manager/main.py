@@ -36,6 +36,7 @@ from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
 from mlx_manager.web.templating import STATIC_DIR
 from mlx_server.facade import (
+    ContainErrors,
     GuardPolicy,
     RequestGuard,
     __version__,
@@ -60,6 +61,14 @@ def _refused(_scope: Scope, status: int, message: str) -> PlainTextResponse:
     return PlainTextResponse(message, status_code=status)
 
 
+def _page_failed(_scope: Scope) -> PlainTextResponse:
+    return PlainTextResponse(
+        "The dashboard failed on this request; its log has the details. Reload, or report it if it "
+        "keeps happening.",
+        status_code=500,
+    )
+
+
 def _dashboard_access(request: Request) -> bool:
     """/metrics with the pages' rule: a dashboard session, or no login required (web/login.py)."""
     logged_in = bool(request.scope.get("state", {}).get(LOGGED_IN_STATE))
@@ -74,6 +83,8 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
     use_server_settings(settings.server_settings())
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
+    # Innermost: a page's unexpected error is a 500 that keeps the connection (api/error_shapes.py).
+    app.add_middleware(ContainErrors, respond=_page_failed)
     page_routers = [
         m.router
         for m in (

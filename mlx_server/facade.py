@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_server import __version__
+from mlx_server.api.error_shapes import ContainErrors
 from mlx_server.api.metrics import metrics_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
@@ -195,6 +196,7 @@ __all__ = [
     "AuditLog",
     "BackendIn",
     "CompletionStats",
+    "ContainErrors",
     "Embeddings",
     "Finish",
     "FinishReason",

@@ -18,12 +18,13 @@ from sqlmodel import Session, col, select
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend, RoutingRule, utcnow
+from mlx_server.schemas.limits import TextOnly
 from mlx_server.services.remote.breaker import breaker, forget_breaker
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-class BackendIn(BaseModel):
+class BackendIn(TextOnly):
     """A backend as the admin API and the Backends page give it; an absent api_key keeps the
     stored one, an empty one clears it."""
 
@@ -50,7 +51,7 @@ class Target(BaseModel):
     model: str = Field(min_length=1, max_length=255)
 
 
-class RuleIn(BaseModel):
+class RuleIn(TextOnly):
     pattern: str = Field(min_length=1, max_length=255, description="A model id or glob, e.g. 'gpt-*'")
     targets: list[Target] = Field(min_length=1)
     # Rules are tried in ascending position; bounded so it fits SQLite's 64-bit INTEGER.
