@@ -38,6 +38,7 @@ from mlx_manager.web.templating import STATIC_DIR
 from mlx_server.facade import (
     ContainErrors,
     GuardPolicy,
+    PageAccess,
     RequestGuard,
     __version__,
     configure_tracing,
@@ -69,10 +70,15 @@ def _page_failed(_scope: Scope) -> PlainTextResponse:
     )
 
 
-def _dashboard_access(request: Request) -> bool:
-    """/metrics with the pages' rule: a dashboard session, or no login required (web/login.py)."""
-    logged_in = bool(request.scope.get("state", {}).get(LOGGED_IN_STATE))
-    return logged_in or not get_manager_settings().login_required
+def _logged_in(request: Request) -> bool:
+    """A dashboard session, as web/login.py marked the request."""
+    return bool(request.scope.get("state", {}).get(LOGGED_IN_STATE))
+
+
+# /metrics: a session, or open while neither the pages nor /v1 need a credential.
+_DASHBOARD_ACCESS = PageAccess(
+    logged_in=_logged_in, login_required=lambda: get_manager_settings().login_required
+)
 
 
 def create_app(settings: ManagerSettings | None = None) -> FastAPI:
@@ -109,7 +115,7 @@ def create_app(settings: ManagerSettings | None = None) -> FastAPI:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     server_app = create_server_app(embedded=True, host_names=(settings.host,))
-    app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
+    app.include_router(metrics_router(server_app.state.metrics, page_access=_DASHBOARD_ACCESS))
     app.mount("/v1", server_app)
     # Ollama's API: its own server app where Ollama's clients look (/api/chat ...), counted in
     # the same /metrics.

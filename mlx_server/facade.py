@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from mlx_server import __version__
 from mlx_server.api.error_shapes import ContainErrors
-from mlx_server.api.metrics import metrics_router
+from mlx_server.api.metrics import PageAccess, metrics_router
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
@@ -219,6 +219,7 @@ __all__ = [
     "ModelType",
     "NewApiKey",
     "Notice",
+    "PageAccess",
     "PoolLimits",
     "PoolState",
     "ProbeStep",
