@@ -42,6 +42,7 @@ from mlx_server.records import (
     ApiKey,
     ApiKeyScope,
     AuditLog,
+    AuditState,
     ModelCapabilities,
     ModelRecord,
     ModelSource,
@@ -68,6 +69,7 @@ from mlx_server.services.operations.audit import (
 from mlx_server.services.operations.audit_search import (
     AuditFilter,
     distinct_values,
+    ended_rows,
     iter_batches,
     latest_id,
     page_before,
@@ -150,6 +152,7 @@ from mlx_server.services.transcription.transcribe import (
     check_request,
     transcribe_audio,
 )
+from mlx_server.utils.bounded import bounded, clip
 from mlx_server.utils.sliding_window import SlidingWindow
 
 
@@ -194,6 +197,7 @@ __all__ = [
     "ApiKeyScope",
     "AuditFilter",
     "AuditLog",
+    "AuditState",
     "BackendIn",
     "CompletionStats",
     "ContainErrors",
@@ -249,7 +253,9 @@ __all__ = [
     "backend_view",
     "bench_arguments",
     "bind_refusal",
+    "bounded",
     "check_request",
+    "clip",
     "configure_tracing",
     "count_audit_rows",
     "create_api_key",
@@ -265,6 +271,7 @@ __all__ = [
     "detect_model_type",
     "distinct_values",
     "draft_candidates",
+    "ended_rows",
     "ensure_default_models",
     "generate_chat_completion",
     "get_engine",

@@ -12,7 +12,7 @@ from fastapi.templating import Jinja2Templates
 
 from mlx_manager.services.markdown import render_markdown
 from mlx_manager.web.csrf import csrf_token
-from mlx_server.facade import __version__, pool_summary
+from mlx_server.facade import __version__, bounded, clip, pool_summary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = PROJECT_ROOT / "templates"
@@ -46,6 +46,10 @@ def filesize(num: float) -> str:
 
 
 templates.env.filters["filesize"] = filesize
+# Values clients chose (model names, errors, parameters), cut with a marker: no single value can
+# make a page large (mlx_server/utils/bounded.py).
+templates.env.filters["clip"] = lambda text, limit: clip(str(text), limit)
+templates.env.filters["bounded"] = bounded
 
 
 def wants_fragment(request: Request) -> bool:

@@ -13,6 +13,7 @@ from mlx_server.errors import APIError
 from mlx_server.records import AuditLog
 from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS, TextOnly
 from mlx_server.services.operations.audit import MAX_QUERY_LIMIT, audit_service
+from mlx_server.services.operations.audit_search import shown
 from mlx_server.services.operations.model_options import (
     ModelOptions,
     model_options,
@@ -71,7 +72,7 @@ def audit_query(request: Request) -> AuditQuery:
 def list_audit_log(session: SessionDep, query: Annotated[AuditQuery, Depends(audit_query)]) -> AuditPage:
     """Recorded /v1 requests, newest first, with the total matching the filters."""
     rows, total = audit_service.query(session, **query.model_dump())
-    return AuditPage(data=rows, total=total, limit=query.limit, offset=query.offset)
+    return AuditPage(data=[shown(row) for row in rows], total=total, limit=query.limit, offset=query.offset)
 
 
 @router.get("/pool")
