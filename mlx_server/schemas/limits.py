@@ -35,6 +35,7 @@ MAX_STOP_SEQUENCES = 16  # Anthropic's and Ollama's lists (OpenAI's own limit is
 MAX_SEED = 2**64 - 1
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_TEXTUAL = frozenset({str, list, dict})
 
 
 def check_tool_sizes(tools: list[Any] | None) -> list[Any] | None:
@@ -68,22 +69,26 @@ def check_name_length(name: object, what: str) -> None:
 
 def lone_surrogate(value: Any) -> tuple[tuple[str | int, ...], int, str] | None:
     """Where the first lone surrogate in a parsed JSON value is: (path, index in the string,
-    the code point as `\\udXXX`), or None. Dict keys count as text too."""
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, str):
-            found = None if item.isascii() else _SURROGATE.search(item)
-            if found is not None:
-                return path, found.start(), f"\\u{ord(found.group()):04x}"
-        elif isinstance(item, dict):
-            for key, child in reversed(item.items()):
-                key_at = lone_surrogate(key) if isinstance(key, str) else None
-                if key_at is not None:
-                    return (*path, _printable(key)), key_at[1], key_at[2]
-                stack.append(((*path, _printable(key)), child))
-        elif isinstance(item, list):
-            stack.extend(((*path, index), child) for index, child in reversed(list(enumerate(item))))
+    the code point as `\\udXXX`), or None. Dict keys count as text too. Only strings and
+    containers are looked into, so numbers cost a type check each (a body of a million token
+    ids takes about what validating them takes), and an ASCII string one C call."""
+    kind = type(value)
+    if kind is str:
+        found = None if value.isascii() else _SURROGATE.search(value)
+        return None if found is None else ((), found.start(), f"\\u{ord(found.group()):04x}")
+    if kind is list:
+        for index, child in enumerate(value):
+            child_kind = type(child)
+            if child_kind is str and child.isascii():
+                continue
+            if child_kind in _TEXTUAL and (inner := lone_surrogate(child)) is not None:
+                return (index, *inner[0]), inner[1], inner[2]
+    elif kind is dict:
+        for key, child in value.items():
+            if type(key) is str and (in_key := lone_surrogate(key)) is not None:
+                return (_printable(key), *in_key[0]), in_key[1], in_key[2]
+            if type(child) in _TEXTUAL and (inner := lone_surrogate(child)) is not None:
+                return (_printable(key), *inner[0]), inner[1], inner[2]
     return None
 
 

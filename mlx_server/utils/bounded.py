@@ -8,6 +8,7 @@ can grow the database or a page without limit, and a reader sees that something 
 from __future__ import annotations
 
 import json
+from itertools import islice
 from typing import Any
 
 
@@ -33,9 +34,9 @@ def bounded(value: Any, text_limit: int = 256, items: int = 32, depth: int = 4) 
     if isinstance(value, list):
         kept = [bounded(item, text_limit, items, depth - 1) for item in value[:items]]
         return kept + ([f"… [{len(value)} items in all]"] if len(value) > items else [])
-    entries = list(value.items())[: items + 1]
     kept_dict = {
-        clip(str(k), text_limit): bounded(v, text_limit, items, depth - 1) for k, v in entries[:items]
+        clip(str(k), text_limit): bounded(v, text_limit, items, depth - 1)
+        for k, v in islice(value.items(), items)
     }
     if len(value) > items:
         kept_dict["…"] = f"[{len(value)} entries in all]"
