@@ -40,7 +40,9 @@ from mlx_manager.web.csrf import CSRFMiddleware
 from mlx_manager.web.login import LOGGED_IN_STATE, LoginMiddleware
 from mlx_manager.web.templating import STATIC_PACKAGE_DIR
 from mlx_server.facade import (
+    ContainErrors,
     GuardPolicy,
+    PageAccess,
     PathAliases,
     RequestGuard,
     __version__,
@@ -73,10 +75,23 @@ def _refused(_scope: Scope, status: int, message: str) -> PlainTextResponse:
     return PlainTextResponse(message, status_code=status)
 
 
-def _dashboard_access(request: Request) -> bool:
-    """/metrics with the pages' rule: a dashboard session, or no login required (web/login.py)."""
-    logged_in = bool(request.scope.get("state", {}).get(LOGGED_IN_STATE))
-    return logged_in or not get_manager_settings().login_required
+def _page_failed(_scope: Scope) -> PlainTextResponse:
+    return PlainTextResponse(
+        "The dashboard failed on this request; its log has the details. Reload, or report it if it "
+        "keeps happening.",
+        status_code=500,
+    )
+
+
+def _logged_in(request: Request) -> bool:
+    """A dashboard session, as web/login.py marked the request."""
+    return bool(request.scope.get("state", {}).get(LOGGED_IN_STATE))
+
+
+# /metrics: a session, or open while neither the pages nor /v1 need a credential.
+_DASHBOARD_ACCESS = PageAccess(
+    logged_in=_logged_in, login_required=lambda: get_manager_settings().login_required
+)
 
 
 def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Sequence[str] = ()) -> FastAPI:
@@ -90,6 +105,8 @@ def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Seque
 
     app = FastAPI(title="MLX Manager", version=__version__, lifespan=lifespan)
     app.state.probe_at_start = tuple(probe_at_start)
+    # Innermost: a page's unexpected error is a 500 that keeps the connection (api/error_shapes.py).
+    app.add_middleware(ContainErrors, respond=_page_failed)
     page_routers = [
         m.router
         for m in (
@@ -116,7 +133,7 @@ def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Seque
     app.mount("/static", StaticFiles(packages=[STATIC_PACKAGE_DIR]), name="static")
     # The manager's admin routes (pulls, deleting a model) live under /v1/admin with the server's.
     server_app = create_server_app(embedded=True, host_names=(settings.host,), routers=(admin_api.router,))
-    app.include_router(metrics_router(server_app.state.metrics, page_access=_dashboard_access))
+    app.include_router(metrics_router(server_app.state.metrics, page_access=_DASHBOARD_ACCESS))
     app.mount("/v1", server_app)
     # Ollama's API: its own server app where Ollama's clients look (/api/chat ...), counted in
     # the same /metrics.

@@ -79,6 +79,10 @@ class MLXServerSettings(BaseSettings):
     # timeouts in a row; once open, one request probes it again after the cool-down.
     remote_breaker_failures: int = Field(default=3, ge=1)
     remote_breaker_cooldown_seconds: float = Field(default=30, gt=0)
+    # A backend URL whose host is or resolves to a link-local address (169.254.0.0/16, fe80::/10,
+    # the cloud metadata address) is refused unless its network is listed here, e.g.
+    # ["169.254.0.0/16"] for Macs linked by a Thunderbolt bridge.
+    remote_allowed_networks: list[str] = Field(default_factory=list)
 
     # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
     metrics_public: bool = False

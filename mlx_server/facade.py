@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_server import __version__
-from mlx_server.api.metrics import metrics_router
+from mlx_server.api.error_shapes import ContainErrors
+from mlx_server.api.metrics import PageAccess, metrics_router
 from mlx_server.api.path_aliases import PathAliases
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site
 from mlx_server.benchmark.report import bench_arguments, publish
@@ -47,6 +48,7 @@ from mlx_server.records import (
     ApiKey,
     ApiKeyScope,
     AuditLog,
+    AuditState,
     ModelCapabilities,
     ModelRecord,
     ModelSource,
@@ -73,6 +75,7 @@ from mlx_server.services.operations.audit import (
 from mlx_server.services.operations.audit_search import (
     AuditFilter,
     distinct_values,
+    ended_rows,
     iter_batches,
     latest_id,
     page_before,
@@ -175,6 +178,7 @@ from mlx_server.services.transcription.transcribe import (
     check_request,
     transcribe_audio,
 )
+from mlx_server.utils.bounded import bounded, clip
 from mlx_server.utils.sliding_window import SlidingWindow
 
 
@@ -222,9 +226,11 @@ __all__ = [
     "ApiKeyScope",
     "AuditFilter",
     "AuditLog",
+    "AuditState",
     "BackendIn",
     "BareHelpGroup",
     "CompletionStats",
+    "ContainErrors",
     "ConversionPlan",
     "ConversionProgress",
     "DiskModel",
@@ -252,6 +258,7 @@ __all__ = [
     "ModelType",
     "NewApiKey",
     "Notice",
+    "PageAccess",
     "PathAliases",
     "PoolLimits",
     "PoolState",
@@ -286,7 +293,9 @@ __all__ = [
     "backend_view",
     "bench_arguments",
     "bind_refusal",
+    "bounded",
     "check_request",
+    "clip",
     "configure_tracing",
     "convert_model",
     "count_audit_rows",
@@ -304,6 +313,7 @@ __all__ = [
     "detect_model_type",
     "distinct_values",
     "draft_candidates",
+    "ended_rows",
     "ensure_default_models",
     "expand_user",
     "generate_chat_completion",

@@ -25,7 +25,7 @@ from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import configure_tracing
-from mlx_server.services.operations.audit import audit_service
+from mlx_server.services.operations.audit import audit_service, mark_interrupted
 from mlx_server.services.operations.metrics import ServerMetrics
 from mlx_server.services.operations.model_registration import cancel_arrival_probes
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
@@ -68,8 +68,9 @@ async def _evict_idle_models() -> None:
 async def server_services() -> AsyncIterator[None]:
     """What the server needs while it serves, for whichever app owns the lifespan.
 
-    Migrates the database, starts the audit writer and the scheduler (audit retention now
-    and hourly); on exit stops the scheduler and writes the audit rows still queued.
+    Migrates the database, marks audit rows a killed run left in flight as interrupted, starts
+    the audit writer and the scheduler (audit retention now and hourly); on exit stops the
+    scheduler and writes the audit rows still queued.
     Further periodic jobs: `schedule_every(...)` here, before the scheduler starts.
 
     Then it freezes the garbage collector's view of what exists (gc.freeze): the ~200 000
@@ -77,6 +78,7 @@ async def server_services() -> AsyncIterator[None]:
     every full collection a ~130 ms pause in whichever request or token was running.
     """
     upgrade_database()
+    mark_interrupted()  # rows a killed run left in flight
     audit_service.start()
     audit_service.prune_expired()
     scheduler = get_scheduler()

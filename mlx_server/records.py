@@ -87,8 +87,18 @@ class ModelCapabilities(SQLModel, table=True):
     probe_version: int = 3
 
 
+class AuditState(StrEnum):
+    """Where a request's row is: written when the request arrived and not ended yet, ended
+    (status and figures filled in), or cut off by a crash or kill of the server."""
+
+    IN_FLIGHT = "in_flight"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+
+
 class AuditLog(SQLModel, table=True):
-    """One row per /v1 request, written by `services.audit.AuditService`."""
+    """One row per /v1 request, written by `services.audit.AuditService` when the request
+    arrives and completed when it ends."""
 
     __tablename__ = "audit_log"
 
@@ -97,8 +107,11 @@ class AuditLog(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, index=True)
     endpoint: str = Field(max_length=128, index=True)
     model: str | None = Field(default=None, index=True, max_length=255)
-    status: int = Field(index=True)
-    latency_ms: float
+    # None until the response ended (in flight, or interrupted).
+    status: int | None = Field(default=None, index=True)
+    latency_ms: float | None = None
+    # Stored as its value ("in_flight"); rows of earlier versions were written complete.
+    state: str = Field(default=AuditState.COMPLETED, max_length=16, index=True)
     # Time to first token of a generation (streamed or not); None where nothing is generated.
     ttft_ms: float | None = None
     # Which API shape the request used: "openai" or "anthropic".

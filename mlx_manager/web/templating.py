@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader
 
 from mlx_manager.services.markdown import render_markdown
 from mlx_manager.web.csrf import csrf_token
-from mlx_server.facade import __version__, pool_summary
+from mlx_server.facade import __version__, bounded, clip, pool_summary
 
 # Templates and static files are package data (mlx_manager/templates, mlx_manager/static), found
 # through the package as imported: the same in a checkout and in an installed wheel.
@@ -47,6 +47,10 @@ def filesize(num: float) -> str:
 
 
 templates.env.filters["filesize"] = filesize
+# Values clients chose (model names, errors, parameters), cut with a marker: no single value can
+# make a page large (mlx_server/utils/bounded.py).
+templates.env.filters["clip"] = lambda text, limit: clip(str(text), limit)
+templates.env.filters["bounded"] = bounded
 
 
 def wants_fragment(request: Request) -> bool:

@@ -31,6 +31,10 @@ DEFAULT_STT_DIR = "model"
 
 # Hub-style ids ("org/name") are allowed; path tricks are not.
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+# A model's directory is named after its id ("/" -> "--"), and imports stage it beside under
+# that name plus a suffix of up to 10 characters: this keeps every name under the 255 bytes
+# file systems allow (a LoRA adapter's id, "<id>+<name>", fits the 255 of its column too).
+MAX_MODEL_ID_CHARS = 190
 
 
 class ModelStoreError(ValueError):
@@ -65,6 +69,12 @@ def save_capabilities(session: Session, model_id: str, **fields: Any) -> ModelCa
 
 
 def validate_model_id(model_id: str) -> str:
+    """`model_id`, if it can name a model here: its directory and its database row."""
+    if len(model_id) > MAX_MODEL_ID_CHARS:
+        raise ModelStoreError(
+            f"invalid model id {model_id[:40]!r}... ({len(model_id)} characters): a model id may have "
+            f"at most {MAX_MODEL_ID_CHARS}; choose a shorter one (--id on the command line)"
+        )
     if not _MODEL_ID.fullmatch(model_id) or ".." in model_id:
         raise ModelStoreError(
             f"invalid model id {model_id!r}: use letters, digits, '.', '_', '-' and at most one '/'"

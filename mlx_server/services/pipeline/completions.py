@@ -13,7 +13,7 @@ from mlx_server.services.pipeline.events import Finish, GenerationEvent, TextDel
 from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText, generate_text
 from mlx_server.services.pipeline.inference import (
     EventStream,
-    check_logit_bias,
+    check_sampling,
     encode,
     max_tokens_for,
     open_model,
@@ -39,7 +39,7 @@ async def generate_completion(
         _check_token_ids(loaded, tokens)
         tokens = _fitting(loaded, tokens, params.max_tokens)
         max_tokens = max_tokens_for(loaded, len(tokens), params.max_tokens, "prompt")
-        check_logit_bias(loaded, params)
+        check_sampling(loaded, params)
         echoed = (
             (prompt if isinstance(prompt, str) else loaded.tokenizer.decode(tokens)) if request.echo else ""
         )

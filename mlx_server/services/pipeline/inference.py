@@ -189,7 +189,8 @@ def max_tokens_for(
     return requested
 
 
-def check_logit_bias(loaded: LoadedModel, params: GenerationParams) -> None:
+def check_sampling(loaded: LoadedModel, params: GenerationParams) -> None:
+    """What only the model can bound: logit_bias token ids and top_k, within its vocabulary."""
     vocab = loaded.chat.vocabulary_size
     bad = [t for t in params.sampling.logit_bias or {} if not 0 <= t < vocab]
     if bad:
@@ -197,6 +198,13 @@ def check_logit_bias(loaded: LoadedModel, params: GenerationParams) -> None:
             400,
             f"logit_bias names token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
             param="logit_bias",
+        )
+    if params.sampling.top_k > vocab:
+        raise APIError(
+            400,
+            f"top_k is {params.sampling.top_k}, but {loaded.model_id!r} has a vocabulary of {vocab} "
+            f"tokens; use at most {vocab} (or 0 for no top-k filter).",
+            param="top_k",
         )
 
 
@@ -257,7 +265,7 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
             ceiling=request.params.max_tokens_is_ceiling,
         )
         stats.prompt_tokens = len(prompt)  # known before the first event (Anthropic's message_start)
-        check_logit_bias(loaded, request.params)
+        check_sampling(loaded, request.params)
         constraint, constrained_calls = await _constraint(loaded, request, shown_tools, max_tokens)
     except BaseException:
         release()

@@ -19,6 +19,7 @@ from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.store import get_model
 from mlx_server.schemas.ollama import (
+    RANDOM_SEED,
     OllamaChatRequest,
     OllamaGenerateRequest,
     OllamaMessage,
@@ -81,7 +82,7 @@ def generation_params(options: OllamaOptions | None) -> GenerationParams:
         repetition_penalty=o.repeat_penalty,
         presence_penalty=o.presence_penalty or 0.0,
         frequency_penalty=o.frequency_penalty or 0.0,
-        seed=o.seed,
+        seed=None if o.seed == RANDOM_SEED else o.seed,
     )
     max_tokens = o.num_predict if o.num_predict is not None and o.num_predict > 0 else None
     # Options the client left out: the model's defaults first, Ollama's own above otherwise.

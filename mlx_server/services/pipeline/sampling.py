@@ -40,8 +40,8 @@ def make_sampler(params: SamplingParams) -> Sampler:
         filters.append(lambda x: apply_top_p(x, params.top_p))
     if params.min_p > 0:
         filters.append(lambda x: apply_min_p(x, params.min_p, 1))
-    if params.top_k > 0:
-        filters.append(lambda x: apply_top_k(x, params.top_k))
+    if params.top_k > 0:  # a top_k as large as the logits keeps them all (mlx-lm refuses it)
+        filters.append(lambda x: apply_top_k(x, params.top_k) if params.top_k < x.shape[-1] else x)
     key = mx.random.key(params.seed if params.seed is not None else secrets.randbits(63))
     inverse_temperature = 1.0 / params.temperature
 
