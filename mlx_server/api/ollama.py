@@ -30,6 +30,7 @@ from mlx_server.models.store import ModelStoreError, get_model
 from mlx_server.schemas.ollama import (
     OllamaChatRequest,
     OllamaCopyRequest,
+    OllamaCreateRequest,
     OllamaDeleteRequest,
     OllamaEmbeddingsRequest,
     OllamaEmbedRequest,
@@ -41,6 +42,7 @@ from mlx_server.schemas.ollama import (
 from mlx_server.services.operations import ollama_models
 from mlx_server.services.operations.keep_alive import apply_keep_alive, load_or_unload, parse_keep_alive, warm
 from mlx_server.services.operations.model_files import copy_model, delete_model
+from mlx_server.services.operations.model_presets import create_preset, refuse_unsupported
 from mlx_server.services.operations.model_pulls import PullProgress, hub_repo_id, model_puller
 from mlx_server.services.pipeline import ollama_render
 from mlx_server.services.pipeline.completions import generate_completion
@@ -249,6 +251,40 @@ def copy(body: OllamaCopyRequest, request: Request) -> Response:
         except ModelStoreError as exc:
             raise APIError(400, str(exc), param="destination") from exc
     return Response(status_code=200)
+
+
+@router.post("/create", response_model=None)
+async def create(body: OllamaCreateRequest, request: Request) -> Response:
+    """A named preset of a model (a Modelfile's FROM, SYSTEM and PARAMETER lines): a second name
+    for its files with its own defaults (services/operations/model_presets.py)."""
+    details = audit_details(request)
+    details.model, details.stream = body.model, body.stream
+    if body.modelfile:
+        raise APIError(
+            400,
+            "The `modelfile` text is not read: send its lines as fields, as Ollama's API does since "
+            "0.5 (`from`, `system`, `parameters`).",
+            param="modelfile",
+        )
+    refuse_unsupported(body.model_dump(include={"files", "adapters", "messages", "quantize"}))
+    if body.from_ is None:
+        raise APIError(
+            400, "`from` must name the model to base the new one on (GET /api/tags).", param="from"
+        )
+    source = ollama_model(body.from_)
+    name = body.model.removesuffix(":latest")
+    preset = await asyncio.to_thread(
+        create_preset, name, source, system=body.system, parameters=body.parameters, template=body.template
+    )
+    if not body.stream:
+        return JSONResponse({"status": "success"})
+
+    async def lines() -> AsyncIterator[dict[str, Any]]:
+        yield {"status": f"using existing layer sha256:{ollama_models.digest(preset)}"}
+        for status in ("creating parameters layer", "writing manifest", "success"):
+            yield {"status": status}
+
+    return ndjson_stream(lines())
 
 
 @router.post("/push")

@@ -8,12 +8,15 @@ every protocol (services/pipeline/model_defaults.py). Every field is optional: N
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 MAX_CONTEXT_LENGTH = 1 << 24
 MAX_SYSTEM_PROMPT_CHARS = 100_000
+# Stop strings a model may keep as its default (Ollama's Modelfiles set a few: "<|im_end|>", ...).
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 1024
 # What `models set ID KEY=` accepts for "clear this default".
 CLEAR_WORDS = ("", "none", "null", "default", "unset")
 
@@ -43,8 +46,17 @@ class ModelDefaults(BaseModel):
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_CONTEXT_LENGTH, description="Reply length")
+    stop: list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]] | None = Field(
+        default=None, max_length=MAX_STOP_STRINGS, description="Stop strings, when a request sends none"
+    )
     system_prompt: str | None = Field(default=None, max_length=MAX_SYSTEM_PROMPT_CHARS)
     thinking: bool | None = Field(default=None, description="Reasoning on or off where the template can")
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _one_stop(cls, value: Any) -> Any:
+        """One string is a list of one (`models set ID stop=...`, Ollama's single stop)."""
+        return [value] if isinstance(value, str) else value
 
     @property
     def truncates(self) -> bool:
@@ -102,7 +114,7 @@ def parse_assignments(pairs: list[str]) -> dict[str, Any]:
         if key not in ModelDefaults.model_fields:
             known = ", ".join(ModelDefaults.model_fields)
             raise ModelDefaultsError(f"There is no default {key!r}; the keys are: {known}.")
-        if key == "system_prompt":  # taken as typed; only an empty one clears it
+        if key in ("system_prompt", "stop"):  # taken as typed; only an empty one clears it
             changes[key] = value or None
         else:
             changes[key] = None if value.strip().lower() in CLEAR_WORDS else value.strip()

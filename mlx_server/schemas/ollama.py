@@ -28,6 +28,9 @@ from mlx_server.schemas.limits import (
 OutputFormatField = Literal["", "json"] | dict[str, Any] | None
 # A duration ("5m", "1h30m", "-1"), or a number of seconds; negative keeps the model loaded.
 KeepAlive = float | Annotated[str, Field(max_length=64)] | None
+# A preset's system prompt (as a model's defaults take it) and a chat template sent back.
+MAX_SYSTEM_PROMPT_CHARS = 100_000
+MAX_TEMPLATE_CHARS = 200_000
 # Ollama's own default seed, -1, means a random one (its clients send it with the defaults).
 RANDOM_SEED = -1
 ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)]
@@ -164,9 +167,27 @@ class OllamaDeleteRequest(OllamaShowRequest):
     pass
 
 
-class OllamaCopyRequest(_Body):
-    source: str = Field(min_length=1)
-    destination: str = Field(min_length=1)
+class OllamaCopyRequest(_Body, TextOnly):
+    source: ModelName
+    destination: ModelName
+
+
+class OllamaCreateRequest(_Body, TextOnly):
+    """A named preset (services/operations/model_presets.py): `from` a model, with `system` and
+    `parameters` (a Modelfile's SYSTEM and PARAMETER lines). `files`, `adapters`, `messages`,
+    `quantize` and the older `modelfile` text are read only to refuse them with what to do."""
+
+    model: ModelName
+    from_: ModelName | None = Field(default=None, alias="from")
+    system: str | None = Field(default=None, max_length=MAX_SYSTEM_PROMPT_CHARS)
+    parameters: dict[str, Any] = Field(default_factory=dict, max_length=64)
+    template: str | None = Field(default=None, max_length=MAX_TEMPLATE_CHARS)
+    stream: bool = True
+    files: dict[str, Any] | None = None
+    adapters: dict[str, Any] | None = None
+    messages: list[Any] | None = None
+    quantize: str | None = Field(default=None, max_length=64)
+    modelfile: str | None = Field(default=None, max_length=MAX_TEMPLATE_CHARS)
 
 
 class OllamaPushRequest(OllamaPullRequest):

@@ -83,7 +83,8 @@ def _delete_from_hub_cache(model_id: str, snapshot: Path) -> str:
 
 
 def copy_model(session: Session, source_id: str, destination_id: str) -> ModelRecord:
-    """Register `destination_id` as a second name for `source_id`'s files (and capabilities).
+    """Register `destination_id` as a second name for `source_id`'s files (capabilities and
+    defaults too, as Ollama's copy keeps a model's parameters).
     An existing destination is refused, never overwritten."""
     source = get_model(session, source_id)
     if source is None:
@@ -101,6 +102,7 @@ def copy_model(session: Session, source_id: str, destination_id: str) -> ModelRe
         draft_model=source.draft_model,
         kv_bits=source.kv_bits,
         kv_group_size=source.kv_group_size,
+        defaults=source.defaults,
     )
     session.add(copy)
     capabilities = session.get(ModelCapabilities, source_id)

@@ -38,7 +38,7 @@ _CAPABILITIES = {
 
 
 # ModelDefaults field -> Ollama's parameter name (as a Modelfile's PARAMETER lines name them).
-_PARAMETERS = {
+OLLAMA_PARAMETERS = {
     "temperature": "temperature",
     "top_p": "top_p",
     "top_k": "top_k",
@@ -46,15 +46,20 @@ _PARAMETERS = {
     "repetition_penalty": "repeat_penalty",
     "max_tokens": "num_predict",
     "context_length": "num_ctx",
+    "stop": "stop",
 }
 
 
 def _parameters(defaults: ModelDefaults) -> list[tuple[str, Any]]:
-    return [
-        (name, value)
-        for field, name in _PARAMETERS.items()
-        if (value := getattr(defaults, field)) is not None
-    ]
+    """(name, value) per PARAMETER line: one line per stop string, quoted, as Ollama writes them."""
+    lines: list[tuple[str, Any]] = []
+    for field, name in OLLAMA_PARAMETERS.items():
+        value = getattr(defaults, field)
+        if isinstance(value, list):
+            lines += [(name, json.dumps(item, ensure_ascii=False)) for item in value]
+        elif value is not None:
+            lines.append((name, value))
+    return lines
 
 
 def parameters_text(defaults: ModelDefaults) -> str:

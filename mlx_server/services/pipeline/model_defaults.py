@@ -1,8 +1,9 @@
 """A model's defaults applied to a request (models/defaults.py): what the client left out.
 
 Sampling fields the protocol marked as left out (`GenerationParams.defaultable`), max_tokens when
-none was asked for, the system prompt when the conversation has none, and thinking when the
-request does not switch it. Remote backends never see them (routing happens before).
+none was asked for, stop strings when the request sends none, the system prompt when the
+conversation has none, and thinking when the request does not switch it. Remote backends never
+see them (routing happens before).
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ def with_model_defaults(request: GenerationRequest, defaults: ModelDefaults) -> 
         if (value := getattr(defaults, name)) is not None
     }
     changes: dict[str, Any] = {}
-    if sampling or (params.max_tokens is None and defaults.max_tokens is not None):
+    stop = params.stop or list(defaults.stop or ())
+    if sampling or (params.max_tokens is None and defaults.max_tokens is not None) or stop != params.stop:
         changes["params"] = replace(
             params,
             sampling=replace(params.sampling, **sampling),
             max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
+            stop=stop,
         )
     messages = request.messages
     if messages is not None and defaults.system_prompt and not _has_system(messages):
