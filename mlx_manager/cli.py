@@ -12,12 +12,16 @@ import typer
 import uvicorn
 from sqlmodel import Session
 
+from mlx_manager import cli_models
+from mlx_manager.cli_verbs import register_verbs
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
 from mlx_server.facade import (
+    HELP_OPTIONS,
     APIError,
     ApiKeyError,
     ApiKeyScope,
+    BareHelpGroup,
     GGUFImportError,
     HomeInUse,
     ModelNotFoundError,
@@ -41,24 +45,32 @@ from mlx_server.facade import (
     revoke_api_key,
     upgrade_database,
     use_server_settings,
+    version_option,
 )
 
 app = typer.Typer(
+    cls=BareHelpGroup,
     add_completion=False,
-    no_args_is_help=True,
+    context_settings=HELP_OPTIONS,
     pretty_exceptions_enable=False,
     help="MLX Manager: local models on MLX.",
 )
-models_cli = typer.Typer(no_args_is_help=True, help="List and import models.")
-db_cli = typer.Typer(no_args_is_help=True, help="Database maintenance.")
-keys_cli = typer.Typer(no_args_is_help=True, help="API keys for /v1.")
-admin_cli = typer.Typer(no_args_is_help=True, help="The dashboard's admin account.")
+models_cli = typer.Typer(cls=BareHelpGroup, help="List, add, find, convert and import models.")
+db_cli = typer.Typer(cls=BareHelpGroup, help="Database maintenance.")
+keys_cli = typer.Typer(cls=BareHelpGroup, help="API keys for /v1.")
+admin_cli = typer.Typer(cls=BareHelpGroup, help="The dashboard's admin account.")
 app.add_typer(models_cli, name="models")
+models_cli.add_typer(cli_models.app)  # models add | scan | convert | set
 app.add_typer(db_cli, name="db")
 app.add_typer(keys_cli, name="keys")
 app.add_typer(admin_cli, name="admin")
 
 log = logging.getLogger("mlx_manager")
+
+
+@app.callback()
+def main_options(version: Annotated[bool, version_option("mlx-manager")] = False) -> None:
+    """MLX Manager: local models on MLX."""
 
 
 def _migrate() -> str | None:
@@ -104,15 +116,20 @@ def serve(
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
     with home_lock:
-        _prepare_home(settings, import_defaults=settings.import_default_model and not no_default_model)
+        imported = _prepare_home(
+            settings, import_defaults=settings.import_default_model and not no_default_model
+        )
         from mlx_manager.main import create_app
 
         proxies = settings.server_settings().proxy_header_options()
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, **proxies)
+        # The default models just imported are probed in the background once serving.
+        app = create_app(settings, probe_at_start=imported)
+        uvicorn.run(app, host=settings.host, port=settings.port, **proxies)
 
 
-def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> None:
-    """Migrate, refuse a network bind nobody could log in to, import the default models."""
+def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> list[str]:
+    """Migrate, refuse a network bind nobody could log in to, import the default models (their
+    ids are returned)."""
     with _migrated_session() as session:
         refusal = bind_refusal(
             settings.host, has_key=keys_exist(session), has_password=password_is_set(session)
@@ -127,6 +144,8 @@ def _prepare_home(settings: ManagerSettings, *, import_defaults: bool) -> None:
                 raise _fail(f"cannot import the default model: {exc}") from exc
             for record in imported:
                 log.info("imported default model %s into %s", record.id, record.path)
+            return [record.id for record in imported]
+    return []
 
 
 @models_cli.command("list")
@@ -286,3 +305,6 @@ def admin_set_password(
         except PasswordRefused as exc:
             raise _fail(str(exc)) from exc
     typer.echo("admin password set; dashboard sessions from before have ended")
+
+
+register_verbs(app)  # pull, run, ls, ps, show, load, unload, rm (cli_verbs.py)

@@ -11,7 +11,8 @@ from mlx_server.facade import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_
 
 
 class ManagerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MLX_MANAGER_", extra="ignore")
+    # A `.env` file in the working directory is read too; the environment wins over it.
+    model_config = SettingsConfigDict(env_prefix="MLX_MANAGER_", env_file=".env", extra="ignore")
 
     home: Path = DEFAULT_HOME  # the database file and imported models live here
     host: str = "127.0.0.1"

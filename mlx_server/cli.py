@@ -1,19 +1,64 @@
-"""`mlx-server`: run the inference server on its own."""
+"""`mlx-server`: run the inference server on its own.
+
+`BareHelpGroup` and `version_option` are the conventions both commands share (`mlx-manager` takes
+them through the facade): no arguments print the help and exit 0, `-h` is `--help`, and
+`--version` prints the installed version.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import uvicorn
 from sqlmodel import Session
+from typer.core import TyperGroup
 
+from mlx_server import __version__
 from mlx_server.config import get_settings, use_settings
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.home_lock import HomeInUse, lock_home
 from mlx_server.services.operations.api_keys import bind_refusal, keys_exist
 
-cli = typer.Typer(add_completion=False, help="Standalone MLX inference server (OpenAI/Anthropic APIs).")
+HELP_OPTIONS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+
+
+class BareHelpGroup(TyperGroup):
+    """A command group run without arguments prints its help and exits 0 (as git and ollama do),
+    where click's `no_args_is_help` exits 2."""
+
+    # ctx: typer's vendored click Context (typer._click, not a public name).
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
+
+def version_option(program: str) -> Any:
+    """A `--version` option for `program`'s top-level callback: prints `program VERSION`, exits."""
+
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(f"{program} {__version__}")
+            raise typer.Exit()
+
+    return typer.Option("--version", is_eager=True, callback=show, help="Show the version and exit.")
+
+
+cli = typer.Typer(
+    cls=BareHelpGroup,
+    add_completion=False,
+    context_settings=HELP_OPTIONS,
+    help="Standalone MLX inference server (OpenAI, Anthropic and Ollama APIs).",
+)
+
+
+@cli.callback()
+def main_options(
+    version: Annotated[bool, version_option("mlx-server")] = False,
+) -> None:
+    """Standalone MLX inference server (OpenAI, Anthropic and Ollama APIs); `mlx-server serve`."""
 
 
 @cli.command()

@@ -14,7 +14,10 @@ DEFAULT_HOME = Path("~/.mlx-manager")
 
 
 class MLXServerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MLX_SERVER_", extra="ignore", populate_by_name=True)
+    # A `.env` file in the working directory is read too; the environment wins over it.
+    model_config = SettingsConfigDict(
+        env_prefix="MLX_SERVER_", env_file=".env", extra="ignore", populate_by_name=True
+    )
 
     # The server shares the manager's home (database + models) unless told otherwise,
     # so a standalone `mlx-server` sees the models the dashboard manages.
@@ -76,6 +79,10 @@ class MLXServerSettings(BaseSettings):
     # timeouts in a row; once open, one request probes it again after the cool-down.
     remote_breaker_failures: int = Field(default=3, ge=1)
     remote_breaker_cooldown_seconds: float = Field(default=30, gt=0)
+    # A backend URL whose host is or resolves to a link-local address (169.254.0.0/16, fe80::/10,
+    # the cloud metadata address) is refused unless its network is listed here, e.g.
+    # ["169.254.0.0/16"] for Macs linked by a Thunderbolt bridge.
+    remote_allowed_networks: list[str] = Field(default_factory=list)
 
     # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
     metrics_public: bool = False

@@ -11,28 +11,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_server import __version__
-from mlx_server.api.metrics import metrics_router
+from mlx_server.api.error_shapes import ContainErrors
+from mlx_server.api.metrics import PageAccess, metrics_router
+from mlx_server.api.path_aliases import PathAliases
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard, is_cross_site, limit_body
 from mlx_server.benchmark.report import bench_arguments, publish
+from mlx_server.cli import HELP_OPTIONS, BareHelpGroup, version_option
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import database_status, get_engine, get_session, upgrade_database
 from mlx_server.errors import APIError, ModelNotFoundError
-from mlx_server.home_lock import HomeInUse, lock_home
+from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
+from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
+from mlx_server.models.disk import DiskModel, expand_user, inspect_path
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
+    add_model,
     default_whisper_dir,
     ensure_default_models,
     get_model,
     import_gguf,
     import_whisper,
     list_models,
+    suggested_model_id,
     validate_model_id,
 )
 from mlx_server.models.whisper_import import WhisperImportError
@@ -41,6 +48,7 @@ from mlx_server.records import (
     ApiKey,
     ApiKeyScope,
     AuditLog,
+    AuditState,
     ModelCapabilities,
     ModelRecord,
     ModelSource,
@@ -67,12 +75,21 @@ from mlx_server.services.operations.audit import (
 from mlx_server.services.operations.audit_search import (
     AuditFilter,
     distinct_values,
+    ended_rows,
     iter_batches,
     latest_id,
     page_before,
     rows_after,
 )
 from mlx_server.services.operations.audit_search import count as count_audit_rows
+from mlx_server.services.operations.conversion import (
+    CONVERT_BITS,
+    CONVERT_GROUP_SIZES,
+    ConversionPlan,
+    ConversionProgress,
+    convert_model,
+    plan_conversion,
+)
 from mlx_server.services.operations.generation_defaults import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
@@ -84,6 +101,12 @@ from mlx_server.services.operations.lora_adapters import (
     register_adapter,
     remove_adapter,
 )
+from mlx_server.services.operations.model_defaults import (
+    model_defaults,
+    set_model_defaults,
+    update_model_defaults,
+)
+from mlx_server.services.operations.model_files import delete_model, keeps_files
 from mlx_server.services.operations.model_options import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -91,6 +114,12 @@ from mlx_server.services.operations.model_options import (
     draft_candidates,
     model_options,
     set_model_options,
+)
+from mlx_server.services.operations.model_pulls import PullProgress, set_model_puller
+from mlx_server.services.operations.model_registration import (
+    add_model_from_disk,
+    set_probe_starter,
+    start_arrival_probe,
 )
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
@@ -149,6 +178,7 @@ from mlx_server.services.transcription.transcribe import (
     check_request,
     transcribe_audio,
 )
+from mlx_server.utils.bounded import bounded, clip
 from mlx_server.utils.sliding_window import SlidingWindow
 
 
@@ -180,7 +210,10 @@ def memory_budget_bytes() -> int:
 
 
 __all__ = [
+    "CONVERT_BITS",
+    "CONVERT_GROUP_SIZES",
     "DEFAULT_HOME",
+    "HELP_OPTIONS",
     "KV_BITS",
     "KV_GROUP_SIZES",
     "MAX_DEFAULT_MAX_TOKENS",
@@ -193,8 +226,14 @@ __all__ = [
     "ApiKeyScope",
     "AuditFilter",
     "AuditLog",
+    "AuditState",
     "BackendIn",
+    "BareHelpGroup",
     "CompletionStats",
+    "ContainErrors",
+    "ConversionPlan",
+    "ConversionProgress",
+    "DiskModel",
     "Embeddings",
     "Finish",
     "FinishReason",
@@ -209,6 +248,8 @@ __all__ = [
     "LoadedImage",
     "MLXServerSettings",
     "ModelCapabilities",
+    "ModelDefaults",
+    "ModelDefaultsError",
     "ModelNotFoundError",
     "ModelOptions",
     "ModelRecord",
@@ -217,14 +258,18 @@ __all__ = [
     "ModelType",
     "NewApiKey",
     "Notice",
+    "PageAccess",
+    "PathAliases",
     "PoolLimits",
     "PoolState",
     "ProbeStep",
+    "PullProgress",
     "ReasoningDelta",
     "Reply",
     "RequestGuard",
     "RuleIn",
     "SamplingParams",
+    "ServingProcess",
     "SettingsSlot",
     "SlidingWindow",
     "SpeechStream",
@@ -241,13 +286,18 @@ __all__ = [
     "WhisperImportError",
     "__version__",
     "adapter_views",
+    "add_model",
+    "add_model_from_disk",
     "audit_retention",
     "audit_service",
     "backend_view",
     "bench_arguments",
     "bind_refusal",
+    "bounded",
     "check_request",
+    "clip",
     "configure_tracing",
+    "convert_model",
     "count_audit_rows",
     "create_api_key",
     "create_embeddings",
@@ -257,12 +307,15 @@ __all__ = [
     "default_max_tokens_setting",
     "default_whisper_dir",
     "delete_backend",
+    "delete_model",
     "delete_override",
     "delete_rule",
     "detect_model_type",
     "distinct_values",
     "draft_candidates",
+    "ended_rows",
     "ensure_default_models",
+    "expand_user",
     "generate_chat_completion",
     "get_engine",
     "get_model",
@@ -273,11 +326,13 @@ __all__ = [
     "import_whisper",
     "input_list",
     "inspect_audio",
+    "inspect_path",
     "is_cross_site",
     "is_loopback",
     "is_probe_running",
     "is_routed_model",
     "iter_batches",
+    "keeps_files",
     "key_state",
     "keys_exist",
     "latest_id",
@@ -290,8 +345,11 @@ __all__ = [
     "lock_home",
     "memory_budget_bytes",
     "metrics_router",
+    "model_defaults",
     "model_options",
     "page_before",
+    "parse_assignments",
+    "plan_conversion",
     "pool_limits",
     "pool_state",
     "pool_status",
@@ -310,18 +368,26 @@ __all__ = [
     "save_backend",
     "save_rule",
     "server_services",
+    "serving_process",
     "set_audit_retention",
     "set_default_max_tokens",
+    "set_model_defaults",
     "set_model_options",
+    "set_model_puller",
     "set_pinned",
     "set_pool_limits",
+    "set_probe_starter",
+    "start_arrival_probe",
+    "suggested_model_id",
     "synthesize_speech",
     "transcribe_audio",
     "unload_all",
     "unload_model",
+    "update_model_defaults",
     "upgrade_database",
     "use_server_settings",
     "utcnow",
     "validate_model_id",
+    "version_option",
     "write_override",
 ]

@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
 
 LOCK_FILE = "serve.lock"
+_HOLDER = re.compile(r"pid (\d+) serving (\S+)")
+# What a client dials for a server bound to every address.
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
 class HomeInUse(Exception):
@@ -63,3 +69,49 @@ def lock_home(home: Path, url: str, home_variable: str) -> HomeLock:
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} serving {url}".encode())
     return HomeLock(fd, path)
+
+
+@dataclass(frozen=True)
+class ServingProcess:
+    """The process that holds a home's lock, as its lock file names it."""
+
+    pid: int
+    url: str  # as `serve` bound it, e.g. http://0.0.0.0:8080
+
+    @property
+    def client_url(self) -> str:
+        """The URL a client on this machine dials (a wildcard bind reached through loopback)."""
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        host = _WILDCARDS.get(host, host)
+        netloc = f"[{host}]" if ":" in host else host
+        return urlunsplit((parts.scheme, f"{netloc}:{parts.port}" if parts.port else netloc, "", "", ""))
+
+
+def serving_process(home: Path) -> ServingProcess | None:
+    """The process serving `home` (pid and URL from its lock file), or None when none runs: no
+    lock file, or its process has ended (the file outlives it; the lock does not)."""
+    try:
+        text = (home / LOCK_FILE).read_text(errors="replace")
+    except OSError:
+        return None
+    match = _HOLDER.fullmatch(text.strip())
+    if match is None:
+        return None
+    pid = int(match.group(1))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass  # alive, another user's
+    return ServingProcess(pid=pid, url=_bracketed(match.group(2)))
+
+
+def _bracketed(url: str) -> str:
+    """`serve` writes http://HOST:PORT with the host as given: an IPv6 address gets its brackets."""
+    scheme, _, rest = url.partition("://")
+    host, _, port = rest.rpartition(":")
+    if ":" in host and not host.startswith("["):
+        return f"{scheme}://[{host}]:{port}"
+    return url

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from mlx_server import __version__
 from mlx_server.api.audit_middleware import AuditMiddleware
@@ -17,6 +17,7 @@ from mlx_server.api.error_shapes import install_error_handlers
 from mlx_server.api.key_middleware import ApiKeyMiddleware
 from mlx_server.api.metrics import metrics_router
 from mlx_server.api.ollama import router as ollama_router
+from mlx_server.api.path_aliases import PathAliases
 from mlx_server.api.request_guard import GuardPolicy, RequestGuard
 from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
@@ -24,8 +25,9 @@ from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import configure_tracing
-from mlx_server.services.operations.audit import audit_service
+from mlx_server.services.operations.audit import audit_service, mark_interrupted
 from mlx_server.services.operations.metrics import ServerMetrics
+from mlx_server.services.operations.model_registration import cancel_arrival_probes
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
 from mlx_server.services.operations.responses_store import prune_expired_responses
 from mlx_server.services.operations.scheduler import get_scheduler, schedule_every, stop_scheduler
@@ -36,6 +38,13 @@ RESPONSES_RETENTION_JOB = "responses-retention"
 POOL_IDLE_JOB = "pool-idle-sweep"
 
 health_router = APIRouter()
+root_router = APIRouter()
+
+
+@root_router.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
+def root() -> PlainTextResponse:
+    """What Ollama's root answers: its clients' heartbeat (`HEAD /`) and `curl /` check it."""
+    return PlainTextResponse("Ollama is running")
 
 
 @health_router.get("/health")
@@ -59,8 +68,9 @@ async def _evict_idle_models() -> None:
 async def server_services() -> AsyncIterator[None]:
     """What the server needs while it serves, for whichever app owns the lifespan.
 
-    Migrates the database, starts the audit writer and the scheduler (audit retention now
-    and hourly); on exit stops the scheduler and writes the audit rows still queued.
+    Migrates the database, marks audit rows a killed run left in flight as interrupted, starts
+    the audit writer and the scheduler (audit retention now and hourly); on exit stops the
+    scheduler and writes the audit rows still queued.
     Further periodic jobs: `schedule_every(...)` here, before the scheduler starts.
 
     Then it freezes the garbage collector's view of what exists (gc.freeze): the ~200 000
@@ -68,6 +78,7 @@ async def server_services() -> AsyncIterator[None]:
     every full collection a ~130 ms pause in whichever request or token was running.
     """
     upgrade_database()
+    mark_interrupted()  # rows a killed run left in flight
     audit_service.start()
     audit_service.prune_expired()
     scheduler = get_scheduler()
@@ -95,6 +106,7 @@ async def server_services() -> AsyncIterator[None]:
         gc.unfreeze()  # a later app in this process (tests) starts from a collectable heap
         if owns_scheduler:
             await stop_scheduler()
+        await cancel_arrival_probes()
         # The pool's lock and tasks belong to this event loop; the next app gets a fresh pool.
         await get_model_pool().unload_all()
         reset_model_pool()
@@ -114,6 +126,7 @@ def create_app(
     host_names: tuple[str, ...] = (),
     mount: str = "/v1",
     metrics: ServerMetrics | None = None,
+    routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
     """Build the server app.
 
@@ -122,6 +135,8 @@ def create_app(
     Standalone: serves /v1/... and /api/... itself and runs `server_services()` as its lifespan.
     `host_names`: Host headers to accept besides loopback and the settings' (the manager's bind).
     `metrics`: count into another app's metrics (the manager's apps into one /metrics).
+    `routers`: routes the embedding app adds under this app's prefix, behind the same key policy,
+    audit and error shapes (the manager's /v1/admin/downloads, DELETE /v1/admin/models/{id}).
     """
     settings = get_settings()
     app = FastAPI(
@@ -144,11 +159,15 @@ def create_app(
     app.add_middleware(AuditMiddleware, metrics=metrics)
     app.include_router(health_router)
     if not embedded:
+        app.include_router(root_router)
         app.include_router(metrics_router(metrics))
     if not embedded or mount == "/v1":
         app.include_router(v1_router, prefix="" if embedded else "/v1")
     if not embedded or mount == "/api":
         app.include_router(ollama_router, prefix="" if embedded else "/api")
+    for router in routers:
+        app.include_router(router)
     if not embedded:
+        app.add_middleware(PathAliases)  # outermost: /rerank is /v1/rerank from the start
         configure_tracing(token=settings.logfire_token, service_name="mlx-server")
     return app

@@ -1,6 +1,6 @@
 """Database tables owned by the server (one SQLite file shared with the manager).
 
-The schema is owned by the Alembic migrations in `migrations/`; these classes must
+The schema is owned by the Alembic migrations in `mlx_server/migrations/`; these classes must
 match them exactly (tests/test_database.py checks there is no drift).
 """
 
@@ -21,7 +21,12 @@ def utcnow() -> datetime:
 class ModelSource(StrEnum):
     HUB = "hub"
     GGUF_IMPORT = "gguf-import"
+    # Copied into our models directory (the bundled defaults, `models add --copy`).
     LOCAL = "local"
+    # Registered where it lies (`models add PATH`): deleting the model never touches its files.
+    IN_PLACE = "in-place"
+    # Made here by mlx-lm's conversion (services/operations/conversion.py), in our models directory.
+    CONVERTED = "converted"
 
 
 class ModelRecord(SQLModel, table=True):
@@ -43,6 +48,9 @@ class ModelRecord(SQLModel, table=True):
     draft_model: str | None = Field(default=None, max_length=255)
     kv_bits: int | None = None
     kv_group_size: int | None = None
+    # What the model runs with when a request leaves it out: models/defaults.py's ModelDefaults
+    # as JSON (only the keys set; None: none set).
+    defaults: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class ModelCapabilities(SQLModel, table=True):
@@ -79,8 +87,18 @@ class ModelCapabilities(SQLModel, table=True):
     probe_version: int = 3
 
 
+class AuditState(StrEnum):
+    """Where a request's row is: written when the request arrived and not ended yet, ended
+    (status and figures filled in), or cut off by a crash or kill of the server."""
+
+    IN_FLIGHT = "in_flight"
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+
+
 class AuditLog(SQLModel, table=True):
-    """One row per /v1 request, written by `services.audit.AuditService`."""
+    """One row per /v1 request, written by `services.audit.AuditService` when the request
+    arrives and completed when it ends."""
 
     __tablename__ = "audit_log"
 
@@ -89,8 +107,11 @@ class AuditLog(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, index=True)
     endpoint: str = Field(max_length=128, index=True)
     model: str | None = Field(default=None, index=True, max_length=255)
-    status: int = Field(index=True)
-    latency_ms: float
+    # None until the response ended (in flight, or interrupted).
+    status: int | None = Field(default=None, index=True)
+    latency_ms: float | None = None
+    # Stored as its value ("in_flight"); rows of earlier versions were written complete.
+    state: str = Field(default=AuditState.COMPLETED, max_length=16, index=True)
     # Time to first token of a generation (streamed or not); None where nothing is generated.
     ttft_ms: float | None = None
     # Which API shape the request used: "openai" or "anthropic".
@@ -107,6 +128,8 @@ class AuditLog(SQLModel, table=True):
     key_name: str | None = Field(default=None, index=True, max_length=64)
     # The remote backend that answered (services/remote); None when a local model did.
     backend: str | None = Field(default=None, index=True, max_length=64)
+    # What the reply did not deliver: a rejected tool call and why, a required call not made.
+    warnings: list[str] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class ApiKeyScope(StrEnum):

@@ -27,6 +27,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 # Fixtures that load a real model or drive a browser: their tests take seconds to a minute each.
 HEAVY_FIXTURES = {
     "smollm_dir",
+    "smollm_f32_dir",
     "inference_server",
     "chromium",
     "whisper_dir",
@@ -38,7 +39,8 @@ HEAVY_FIXTURES = {
 def _heavy(item: pytest.Item) -> bool:
     fixtures = set(getattr(item, "fixturenames", ()))
     # A module that imports ServerProcess starts `mlx-manager serve`, which imports SmolLM2.
-    return bool(HEAVY_FIXTURES & fixtures) or hasattr(getattr(item, "module", None), "ServerProcess")
+    module_serves = hasattr(getattr(item, "module", None), "ServerProcess")
+    return bool(HEAVY_FIXTURES & fixtures) or module_serves or item.get_closest_marker("heavy") is not None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -93,6 +95,17 @@ def smollm_dir(tmp_path_factory: pytest.TempPathFactory, smollm_gguf: Path) -> P
     """SmolLM2 converted once per test session by our own importer."""
     out = tmp_path_factory.mktemp("models") / "SmolLM2-135M-Instruct"
     convert_gguf(smollm_gguf, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smollm_f32_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
+    """SmolLM2 dequantized by mlx-lm's own convert into a float32 Hugging Face-layout checkpoint
+    (what `models convert` takes), once per session (~5 s, 540 MB)."""
+    from mlx_lm.convert import convert
+
+    out = tmp_path_factory.mktemp("checkpoints") / "SmolLM2-135M-Instruct-f32"
+    convert(str(smollm_dir), str(out), dequantize=True, dtype="float32")
     return out
 
 

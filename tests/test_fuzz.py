@@ -8,6 +8,7 @@ and no SSE routes (they stream until the client leaves). Each test prints its re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from mlx_manager.services.admin_account import failed_logins
 
-EXAMPLES_PER_OPERATION = 20
+# FUZZ_EXAMPLES=200 runs each operation longer by hand (the suite's run stays near a minute).
+LONGER = int(os.environ.get("FUZZ_EXAMPLES", "0"))
+EXAMPLES_PER_OPERATION = LONGER or 20
 # /v1 runs with no model registered: each operation answers from validation or a lookup (no
 # generation), a few paths that ten cases per operation already reach, at half the cost (the
 # time goes into hypothesis drawing the cases from the large request schemas).
-V1_EXAMPLES_PER_OPERATION = 10
+V1_EXAMPLES_PER_OPERATION = LONGER or 10
 CHECKS = [not_a_server_error, response_schema_conformance]
 
 

@@ -1,6 +1,7 @@
 """Load and faults (issue 18): a burst of 200 requests all answered and audited; kill -9 of a real
-`mlx-manager serve` in the middle of requests, new conversations and a settings save loses
-nothing it acknowledged and leaves a sound database; one server per home."""
+`mlx-manager serve` in the middle of requests, a stream, new conversations and a settings save
+loses nothing it acknowledged (every answered request has its audit row; the cut stream's shows
+as interrupted after the restart) and leaves a sound database; one server per home."""
 
 from __future__ import annotations
 
@@ -106,7 +107,9 @@ class Traffic:
         self.errors: list[str] = []  # answers that were neither acknowledgements nor refusals
         self.saving = threading.Event()  # a settings save sent and not yet answered
         self.cut_off: list[str] = []  # the clients whose request the kill left unanswered
+        self.streaming: list[str] = []  # x-request-id of a long stream acknowledged (its 200 read)
         self.threads = [
+            threading.Thread(target=self._stream),
             *(threading.Thread(target=self._requests) for _ in range(3)),
             threading.Thread(target=self._conversations),
             threading.Thread(target=self._settings),
@@ -133,6 +136,25 @@ class Traffic:
                     self.answered.append(response.headers["x-request-id"])
                 else:
                     self.refused[response.status_code] = self.refused.get(response.status_code, 0) + 1
+
+        self._loop(step)
+
+    def _stream(self) -> None:
+        """One stream far longer than the test, acknowledged (200 and a first chunk) before the
+        kill, which cuts it: its audit row must survive, interrupted."""
+
+        def step(client: httpx.Client) -> None:
+            # SmolLM2's special tokens banned: the stream cannot end by itself before the kill.
+            bias = {0: -100, 1: -100, 2: -100}
+            body = {**ONE_TOKEN, "max_tokens": 2000, "stream": True, "logit_bias": bias}
+            with client.stream("POST", "/v1/completions", json=body) as response:
+                assert response.status_code == 200, response.read()
+                chunks = response.iter_raw()
+                next(chunks)
+                self.streaming.append(response.headers["x-request-id"])
+                for _ in chunks:
+                    pass
+            raise AssertionError("the long stream ended before the kill")
 
         self._loop(step)
 
@@ -186,7 +208,7 @@ class Traffic:
         """Whether each kind of write has been acknowledged at least a few times."""
         with self.lock:
             counts = (len(self.answered), len(self.conversations), self.saved_max_tokens, len(self.audited))
-        return min(counts) >= ENOUGH or bool(self.errors)
+        return (min(counts) >= ENOUGH and bool(self.streaming)) or bool(self.errors)
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -233,13 +255,19 @@ def test_kill_9_mid_traffic_loses_nothing_acknowledged_and_one_server_holds_a_ho
     # Killed mid-request: a reply takes far longer than the kill. A settings save takes a few ms,
     # so the kill, sent while one was in flight, can still land just after its answer (seen once
     # in CI); whether it cut one off is printed, and the checks below hold either way.
-    assert "_requests" in traffic.cut_off
+    assert "_requests" in traffic.cut_off and "_stream" in traffic.cut_off
 
     restarted = ServerProcess(smol_home, tmp_path / "restarted.log", env=env)
     restarted.start()  # the kernel released the dead server's lock: no stale lock
     try:
         _check_database(smol_home / "mlx-manager.db", traffic)
         assert httpx.get(f"{restarted.url}/v1/completions", timeout=5).status_code == 405  # serving
+        # The cut stream: interrupted, with what it was, in the log and on its audit page.
+        with sqlite3.connect(smol_home / "mlx-manager.db") as db:
+            query = "SELECT id, state, status, model, stream FROM audit_log WHERE request_id = ?"
+            (row_id, *cut) = db.execute(query, (traffic.streaming[0],)).fetchone()
+        assert cut == ["interrupted", None, "smol", 1]
+        assert ">interrupted</span>" in httpx.get(f"{restarted.url}/audit/{row_id}", timeout=10).text
     finally:
         restarted.stop()
 
@@ -249,17 +277,21 @@ def _check_database(path: Path, traffic: Traffic) -> None:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         conversations = {row[0] for row in db.execute("SELECT id FROM conversations")}
         first_messages = {row[0] for row in db.execute("SELECT conversation_id FROM chat_messages")}
-        audited = {row[0] for row in db.execute("SELECT request_id FROM audit_log")}
+        states = dict(db.execute("SELECT request_id, state FROM audit_log").fetchall())
         overrides = dict(db.execute("SELECT key, value FROM setting_overrides").fetchall())
+    audited = set(states)
+    interrupted = {request_id for request_id, state in states.items() if state == "interrupted"}
+    assert "in_flight" not in states.values()  # the restart marked what the kill left open
     assert set(traffic.conversations) <= conversations
     assert set(traffic.conversations) <= first_messages  # each with the message it was created with
     assert traffic.audited <= audited  # every row the server had written survived
     assert json.loads(overrides["chat_defaults"])["max_tokens"] >= traffic.saved_max_tokens
     assert json.loads(overrides["default_max_tokens"]) >= traffic.saved_max_tokens
-    unwritten = set(traffic.answered) - audited  # answered, row still queued for the writer
+    # Every acknowledged request has its row: written as it arrived, committed before its answer.
+    assert set(traffic.answered) | set(traffic.streaming) <= audited
     print(
-        f"\nacknowledged before kill -9: {len(traffic.answered)} /v1 requests "
-        f"({len(unwritten)} of their rows still queued), {len(traffic.audited)} audit rows seen, "
+        f"\nacknowledged before kill -9: {len(traffic.answered)} /v1 requests and a stream, all audited; "
+        f"{len(traffic.audited)} audit rows seen, {len(interrupted)} interrupted after the restart, "
         f"{len(traffic.conversations)} conversations, settings save #{traffic.saved_max_tokens}; "
         f"cut off in flight: {sorted(traffic.cut_off)}"
     )

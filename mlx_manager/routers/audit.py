@@ -127,10 +127,12 @@ async def audit_events(request: Request) -> Response:
     )
 
 
-def _table_rows(rows: list[AuditLog]) -> str:
-    """Rows newest first, as the page's table draws them."""
+def _table_rows(rows: list[AuditLog], ended: list[AuditLog]) -> str:
+    """New rows newest first, as the page's table draws them, and rows that have ended since
+    they were drawn in flight, each to replace its old self (an htmx out-of-band swap)."""
     template = templates.get_template("partials/audit_row.html")
-    return "".join(template.render(row=row) for row in sorted(rows, key=lambda r: r.id or 0, reverse=True))
+    new = [template.render(row=row) for row in sorted(rows, key=lambda r: r.id or 0, reverse=True)]
+    return "".join(new + [template.render(row=row, oob=True) for row in ended])
 
 
 @router.post("/retention", response_class=HTMLResponse)

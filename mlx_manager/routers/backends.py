@@ -79,7 +79,7 @@ async def save(
     timeouts = {"connect_timeout_s": connect_timeout_s, "read_timeout_s": read_timeout_s}
     try:
         given = BackendIn.model_validate(fields | timeouts | ({"api_key": api_key} if api_key else {}))
-        save_backend(page.session, given)
+        await save_backend(page.session, given)
         await refresh_backend_models(page.session, given.name)
     except (ValidationError, APIError) as exc:
         return _page(page, error=_refused(exc))

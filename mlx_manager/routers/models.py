@@ -1,6 +1,7 @@
 """Models page: local models with their capabilities and pool state; load, pin, unload,
-probe, delete, import a GGUF file. Every action is a POST that answers with the model's row
-for htmx, or redirects back to the page for a plain form."""
+probe, delete, add from disk (a directory in place or copied, a GGUF file), each model's
+defaults. Every action is a POST that answers with the model's row for htmx, or redirects back
+to the page for a plain form. Discovery and conversion: routers/model_disk.py."""
 
 from __future__ import annotations
 
@@ -15,22 +16,36 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from mlx_manager.deps import SessionDep
+from mlx_manager.services.conversion_jobs import get_convert_jobs
 from mlx_manager.services.downloads import get_download_manager
 from mlx_manager.services.hub import DEFAULT_AUTHOR, SearchSort, SearchType, search_results
-from mlx_manager.services.local_models import LocalModel, delete_model, disk_usage, local_model, local_models
+from mlx_manager.services.local_models import (
+    LocalModel,
+    added_how,
+    delete_model,
+    disk_usage,
+    local_model,
+    local_models,
+)
+from mlx_manager.services.model_defaults_form import FIELDS, defaults_inputs, save_defaults_form
 from mlx_manager.services.model_options_form import options_view, save_options_form
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs, start_probe
 from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.facade import (
+    CONVERT_BITS,
+    CONVERT_GROUP_SIZES,
     APIError,
     GGUFImportError,
+    ModelDefaultsError,
     ModelStoreError,
     adapter_views,
+    add_model_from_disk,
     get_engine,
     get_model,
     get_server_settings,
     import_gguf,
     load_model,
+    model_defaults,
     remote_model_ids,
     set_pinned,
     unload_model,
@@ -60,6 +75,9 @@ def _page(
         disk=disk_usage(models),
         probes=get_probe_jobs(),
         jobs=get_download_manager().list(),
+        conversions=get_convert_jobs().jobs(),
+        convert_bits=CONVERT_BITS,
+        convert_group_sizes=CONVERT_GROUP_SIZES,
         hub=hub,
         message=message,
         error=error,
@@ -126,6 +144,23 @@ async def import_model(
     except (ModelStoreError, GGUFImportError) as exc:
         return _page(request, session, error=str(exc))
     return _page(request, session, message=f"Imported {imported}.")
+
+
+@router.post("/add", response_class=HTMLResponse)
+async def add_from_disk(
+    request: Request,
+    session: SessionDep,
+    path: Annotated[str, Form(max_length=4096)],
+    model_id: Annotated[str, Form(max_length=255)] = "",
+    copy_files: Annotated[str, Form(alias="copy", max_length=8)] = "",
+) -> Response:
+    """Register a model directory where it is (or copied, with the box ticked) or convert a GGUF
+    file, then probe it in the background."""
+    try:
+        record = await add_model_from_disk(path.strip(), model_id.strip() or None, copy=bool(copy_files))
+    except APIError as exc:
+        return _page(request, session, error=exc.message, status=exc.status)
+    return _page(request, session, message=f"Added {record.id} ({added_how(record)}); probing it now.")
 
 
 @router.post("/{model_id:path}/load", response_class=HTMLResponse)
@@ -200,13 +235,21 @@ async def probe_events(request: Request, session: SessionDep, model_id: str) -> 
     return EventSourceResponse(events(), ping=PROBE_EVENT_SECONDS)
 
 
-def _detail(request: Request, model: LocalModel, *, status: int = 200, **context: Any) -> HTMLResponse:
-    """The model page, or its options section for htmx; text models have generation options."""
+def _detail(
+    request: Request,
+    model: LocalModel,
+    *,
+    status: int = 200,
+    partial: str = "partials/model_options.html",
+    **context: Any,
+) -> HTMLResponse:
+    """The model page, or one of its sections for htmx; text models have generation options."""
     view = options_view(model.id) if model.model_type == "text-gen" else None
+    context.setdefault("defaults_inputs", defaults_inputs(model_defaults(model.id)))
     return render(
         request,
         "model_detail.html",
-        "partials/model_options.html",
+        partial,
         status_code=status,
         model=model,
         job=get_probe_jobs().get(model.id),
@@ -239,6 +282,29 @@ async def save_options(
     if not wants_fragment(request):
         return RedirectResponse(f"/models/{model_id}", status_code=303)
     return _detail(request, local_model(session, model_id) or model, message=message)
+
+
+@router.post("/{model_id:path}/defaults", response_class=HTMLResponse)
+async def save_defaults(request: Request, session: SessionDep, model_id: str) -> Response:
+    """What the model runs with when a request leaves it out (applies from the next request)."""
+    model = local_model(session, model_id)
+    if model is None:
+        return _page(request, session, error=_missing(model_id), status=404)
+    form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
+    partial = "partials/model_defaults.html"
+    try:
+        save_defaults_form(model_id, form)
+    except (ModelDefaultsError, APIError) as exc:
+        inputs = {key: form.get(key, "") for key in FIELDS}
+        error = getattr(exc, "message", str(exc))
+        return _detail(
+            request, model, status=400, partial=partial, defaults_error=error, defaults_inputs=inputs
+        )
+    if not wants_fragment(request):
+        return RedirectResponse(f"/models/{model_id}", status_code=303)
+    return _detail(
+        request, model, partial=partial, defaults_message="Saved; they apply from the next request."
+    )
 
 
 @router.get("/{model_id:path}", response_class=HTMLResponse)

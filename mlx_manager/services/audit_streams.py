@@ -26,28 +26,54 @@ from sqlmodel import Session
 from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from mlx_server.facade import AuditFilter, AuditLog, audit_service, get_engine, iter_batches, rows_after
+from mlx_server.facade import (
+    AuditFilter,
+    AuditLog,
+    AuditState,
+    audit_service,
+    bounded,
+    clip,
+    ended_rows,
+    get_engine,
+    iter_batches,
+    rows_after,
+)
 
 CSV_COLUMNS = (
-    "id", "request_id", "created_at", "endpoint", "model", "status", "latency_ms", "ttft_ms",
+    "id", "request_id", "created_at", "endpoint", "model", "status", "state", "latency_ms", "ttft_ms",
     "protocol", "stream", "prompt_tokens", "completion_tokens", "audio_seconds", "error", "parameters",
-    "key_name",
+    "key_name", "warnings",
 )  # fmt: skip
 # Rows per live-tail event; a burst larger than this goes out as several events.
 TAIL_BATCH = 50
 # Fallback poll for rows the writer of this process did not write.
 TAIL_POLL_S = 2.0
 TAIL_EVENT = "audit-rows"
+# In-flight rows a tail remembers to replace once they end (older ones stay as first drawn).
+TAIL_OPEN_ROWS = 200
+# What an export writes of one value a client chose (a model name, an error, a parameter).
+EXPORT_TEXT_LIMIT = 4000
 # Spreadsheets run cells starting with these as formulas; clients choose model names and errors.
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _csv_cell(value: Any) -> Any:
-    if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict | list):
+        value = clip(json.dumps(bounded(value), ensure_ascii=False), EXPORT_TEXT_LIMIT)
+    elif isinstance(value, str):
+        value = clip(value, EXPORT_TEXT_LIMIT)
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         return "'" + value
     return value
+
+
+def _exported(row: AuditLog) -> dict[str, Any]:
+    """A row as an export writes it: every value a client chose bounded (clipped, marked)."""
+    data: dict[str, Any] = row.model_dump(mode="json")
+    return {
+        name: clip(value, EXPORT_TEXT_LIMIT) if isinstance(value, str) else bounded(value)
+        for name, value in data.items()
+    }
 
 
 def csv_export(filters: AuditFilter) -> Iterator[str]:
@@ -68,20 +94,28 @@ def csv_export(filters: AuditFilter) -> Iterator[str]:
 def jsonl_export(filters: AuditFilter) -> Iterator[str]:
     """One JSON object per line per matching row, newest first, one chunk per batch read."""
     for rows in iter_batches(filters):
-        yield "".join(json.dumps(row.model_dump(mode="json"), ensure_ascii=False) + "\n" for row in rows)
+        yield "".join(json.dumps(_exported(row), ensure_ascii=False) + "\n" for row in rows)
 
 
-def _rows_after(filters: AuditFilter, after_id: int) -> list[AuditLog]:
+def _rows_after(
+    filters: AuditFilter, after_id: int, open_ids: list[int]
+) -> tuple[list[AuditLog], list[AuditLog]]:
+    """Rows recorded after the cursor, and those of `open_ids` (sent in flight) that have ended."""
     with Session(get_engine()) as session:
-        return rows_after(session, filters, after_id=after_id, limit=TAIL_BATCH)
+        return rows_after(session, filters, after_id=after_id, limit=TAIL_BATCH), ended_rows(
+            session, open_ids
+        )
 
 
 async def live_tail(
-    filters: AuditFilter, after_id: int, render: Callable[[list[AuditLog]], str]
+    filters: AuditFilter, after_id: int, render: Callable[[list[AuditLog], list[AuditLog]], str]
 ) -> AsyncIterator[ServerSentEvent]:
-    """Events of rows matching `filters` recorded after `after_id`, as `render` draws them
-    (the web layer's table rows), until cancelled.
+    """Events of rows matching `filters` recorded after `after_id`, as `render(new, ended)` draws
+    them (the web layer's table rows: new ones to add, rows sent in flight that have since
+    ended to replace), until cancelled.
 
+    A row is written when its request arrives, so the tail sends it in flight and keeps its id
+    (at most TAIL_OPEN_ROWS of them) until a later read finds it ended or interrupted.
     sse-starlette cancels this generator when the client disconnects or the server shuts
     down; leaving the `listening` block then unregisters the wake-up.
     """
@@ -92,14 +126,23 @@ async def live_tail(
         loop.call_soon_threadsafe(wake.set)
 
     cursor = after_id
+    open_ids: dict[int, None] = {}  # in insertion order: the oldest is forgotten first
     with audit_service.listening(notify):
         yield ServerSentEvent(comment="following the audit log")  # subscribed: rows from here on
         while True:
             wake.clear()  # before the query: a batch committed during it wakes the next wait
-            rows = await run_in_threadpool(_rows_after, filters, cursor)
+            rows, ended = await run_in_threadpool(_rows_after, filters, cursor, list(open_ids))
+            for row in ended:
+                open_ids.pop(row.id or 0, None)
+            for row in rows:
+                if row.state == AuditState.IN_FLIGHT and row.id is not None:
+                    open_ids[row.id] = None
+            while len(open_ids) > TAIL_OPEN_ROWS:
+                open_ids.pop(next(iter(open_ids)))
             if rows:
                 cursor = rows[-1].id or cursor
-                yield ServerSentEvent(data=render(rows), event=TAIL_EVENT, id=str(cursor))
+            if rows or ended:
+                yield ServerSentEvent(data=render(rows, ended), event=TAIL_EVENT, id=str(cursor))
                 if len(rows) == TAIL_BATCH:
                     continue
             with suppress(TimeoutError):

@@ -99,6 +99,8 @@ class ChatOptions:
             sampling=SamplingParams(
                 temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed
             ),
+            # The panel has no min-p or repetition penalty: the model's defaults set them.
+            defaultable=frozenset({"min_p", "repetition_penalty"}),
         )
 
     def after_tool_round(self) -> ChatOptions:

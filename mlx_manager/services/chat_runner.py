@@ -146,6 +146,7 @@ async def _one_reply(
         tools=tools,
         tool_choice=options.tool_choice if tools else None,
         enable_thinking=options.enable_thinking,
+        rejected_calls_as_content=False,  # each gets a "rejected call" card and its reason as result
     )
     try:
         stream = await generate_chat_completion(request, stats)
@@ -215,7 +216,9 @@ def _rounded(value: float | None, digits: int) -> float | None:
 def _finish(
     session: Session, reply: Reply, stats: CompletionStats, started: float, status: MessageStatus
 ) -> None:
-    calls = reply.calls + [call for call, _ in reply.rejected]
+    # A rejected call keeps its reason on the card ("rejected": not sent back to the model, whose
+    # history gets the reason as the call's result instead: _reject_calls).
+    calls = reply.calls + [{**call, "rejected": reason} for call, reason in reply.rejected]
     message = reply.message
     message.reasoning = reply.reasoning_text.strip() or None
     message.content = reply.text.strip() if calls or message.reasoning else reply.text

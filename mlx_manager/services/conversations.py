@@ -11,6 +11,7 @@ from sqlmodel import Session, col, delete, func, select, update
 from mlx_manager.records import Conversation, ConversationMessage, MessageStatus
 from mlx_manager.services.chat_images import attached, data_url, remove_unreferenced
 from mlx_manager.services.chat_options import ChatOptions
+from mlx_manager.services.model_defaults_form import chat_parameters
 from mlx_manager.services.settings_store import get_chat_defaults
 from mlx_server.facade import utcnow
 
@@ -46,7 +47,8 @@ def create_conversation(
 
 def fresh_conversation(session: Session, model_ids: list[str]) -> Conversation:
     """What the composer of a new chat starts with (not stored until the first message): the
-    latest conversation's model, system prompt and tools, the settings page's sampling defaults."""
+    latest conversation's model, system prompt and tools, the settings page's sampling defaults,
+    and over them the model's own defaults (its page's sampling, max tokens and thinking)."""
     latest = next(iter(list_conversations(session)), None)
     model = latest.model_id if latest and latest.model_id in model_ids else next(iter(model_ids), None)
     return Conversation(
@@ -55,6 +57,7 @@ def fresh_conversation(session: Session, model_ids: list[str]) -> Conversation:
         parameters={
             **(latest.parameters if latest else ChatOptions().stored()),
             **get_chat_defaults(session),
+            **chat_parameters(model),
         },
     )
 
@@ -181,7 +184,10 @@ def pipeline_messages(
             entry["content"] = _with_images(message)
         if message.role == "assistant":
             if message.tool_calls:
-                entry["tool_calls"] = message.tool_calls
+                # Without the playground's own marks ("rejected": the card's reason).
+                entry["tool_calls"] = [
+                    {k: v for k, v in call.items() if k != "rejected"} for call in message.tool_calls
+                ]
                 entry["content"] = message.content or None
             if message.reasoning:
                 entry["reasoning_content"] = message.reasoning

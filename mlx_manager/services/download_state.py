@@ -40,6 +40,8 @@ class DownloadState:
     created_at: datetime
     speed_bps: float | None = None
     eta_seconds: float | None = None
+    # Said once, in the answer to the request (not stored): e.g. registered from the local cache.
+    note: str | None = None
 
     @classmethod
     def of(cls, job: DownloadJob) -> DownloadState:

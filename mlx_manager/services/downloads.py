@@ -19,7 +19,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from mlx_manager.services.hub import (
     check_repo_id,
     load_hub_config,
 )
+from mlx_manager.services.hub_cache import CACHED_NOTE, cached_snapshot
 from mlx_manager.services.hub_fetch import DownloadStopped, Snapshot, fetch_snapshot
 from mlx_manager.services.jobs import Job, JobRegistry, JobRunning
 from mlx_manager.services.settings_store import Setting, get_setting
@@ -124,7 +125,8 @@ class DownloadManager:
             if active is not None:
                 return self.get(active)
             self._refuse_duplicate(repo_id)
-            check_repo(config, repo_id, revision)
+            if (cached := cached_snapshot(config, repo_id, revision or "main")) is None:
+                check_repo(config, repo_id, revision)
         except HubError as exc:
             raise DownloadRefused(exc.status_code, exc.message) from exc
         with self._lock, Session(get_engine()) as session:
@@ -136,8 +138,15 @@ class DownloadManager:
             session.commit()
             state = DownloadState.of(job)
         self._publish(state, CREATED_EVENT)
+        if cached is not None:
+            return self._complete_from_cache(state.id, cached)
         self._schedule(state.id)
         return state
+
+    def _complete_from_cache(self, job_id: int, snapshot: Snapshot) -> DownloadState:
+        """Its files are complete in the hub cache already: registered at once, no network."""
+        self._run_hooks(self._register(job_id, snapshot))
+        return replace(self.get(job_id), note=CACHED_NOTE.format(path=snapshot.path))
 
     def cancel(self, job_id: int) -> DownloadState:
         """Stop a queued or running job; its partial files stay for a later resume."""

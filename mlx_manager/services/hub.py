@@ -37,8 +37,9 @@ SEARCH_LIMIT = 30
 SearchSort = Literal["downloads", "likes", "recent"]
 # The model type filter, as the hub's pipeline tags: embedding models carry either of two,
 # vision chat models (Qwen2.5-VL, Gemma 3, SmolVLM...) image-text-to-text, Whisper & co.
-# automatic-speech-recognition, Kokoro & co. text-to-speech.
-SearchType = Literal["", "text-gen", "vision", "embeddings", "stt", "tts"]
+# automatic-speech-recognition, Kokoro & co. text-to-speech, rerankers (cross-encoders)
+# text-ranking (older ones text-classification only, which would bring every classifier).
+SearchType = Literal["", "text-gen", "vision", "embeddings", "stt", "tts", "rerank"]
 PIPELINE_TAGS: dict[SearchType, tuple[str | None, ...]] = {
     "": (None,),
     "text-gen": ("text-generation",),
@@ -46,6 +47,7 @@ PIPELINE_TAGS: dict[SearchType, tuple[str | None, ...]] = {
     "embeddings": ("feature-extraction", "sentence-similarity"),
     "stt": ("automatic-speech-recognition",),
     "tts": ("text-to-speech",),
+    "rerank": ("text-ranking",),
 }
 # The hub listing's sort keys.
 SORTS: dict[SearchSort, str] = {"downloads": "downloads", "likes": "likes", "recent": "lastModified"}

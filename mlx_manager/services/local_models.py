@@ -11,8 +11,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import scan_cache_dir
-from huggingface_hub.errors import CacheNotFound, CorruptedCacheException
 from sqlmodel import Session, select
 
 from mlx_manager.services.hub import config_quantization_bits
@@ -20,14 +18,15 @@ from mlx_server.facade import (
     ModelCapabilities,
     ModelRecord,
     ModelSource,
-    ModelStoreError,
+    delete_model,
     detect_model_type,
-    get_model,
     get_server_settings,
-    is_probe_running,
+    keeps_files,
     list_models,
     pool_state,
 )
+
+__all__ = ["DiskUsage", "LocalModel", "delete_model", "disk_usage", "local_model", "local_models"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +39,8 @@ class LocalModel:
     busy: bool  # serving requests right now
     # What the probe stored, else what the files say (detection: config.json, modules.json).
     model_type: str
+    # Its directory is gone (moved, deleted, a disk unplugged): requests for it are refused.
+    missing: bool = False
 
     @property
     def id(self) -> str:
@@ -56,10 +57,16 @@ class LocalModel:
             ("thinking", bool(caps.supports_thinking)),
             ("vision", caps.model_type == "vision"),
             ("embeddings", caps.model_type == "embeddings"),
+            ("rerank", caps.model_type == "rerank"),
             ("speech-to-text", bool(caps.supports_stt)),
             ("text-to-speech", bool(caps.supports_tts)),
         ]
         return [name for name, present in found if present]
+
+    @property
+    def keeps_files(self) -> bool:
+        """Deleting it only unregisters it: registered in place, or outside our models directory."""
+        return keeps_files(self.record)
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ def local_models(session: Session) -> list[LocalModel]:
                 pinned=state.pinned,
                 busy=state.busy,
                 model_type=_model_type(record, capabilities.get(record.id)),
+                missing=not (Path(record.path) / "config.json").is_file(),
             )
         )
     return rows
@@ -114,45 +122,10 @@ def disk_usage(models: list[LocalModel]) -> DiskUsage:
     )
 
 
-def delete_model(session: Session, model_id: str) -> str:
-    """Unregister a model and remove the files we own; returns what was done, for the page.
-
-    Refused while the model is loaded or being probed: unloading first is the user's call.
-    Imported models (GGUF, the bundled defaults) live in our models directory and are removed;
-    hub downloads are removed from the hub cache; a model registered from the user's own
-    directory keeps its files.
-    """
-    record = get_model(session, model_id)
-    if record is None:
-        raise ModelStoreError(f"There is no model {model_id!r}.")
-    if pool_state(model_id).loaded:
-        raise ModelStoreError(f"{model_id} is loaded; unload it before deleting it.")
-    if is_probe_running(model_id):
-        raise ModelStoreError(f"{model_id} is being probed; delete it once the probe has finished.")
-    path = Path(record.path)
-    # Files in our models directory are ours: GGUF imports and the bundled default models.
-    if record.source != ModelSource.HUB and path.is_relative_to(get_server_settings().models_dir):
-        shutil.rmtree(path, ignore_errors=True)
-        done = f"Deleted {model_id} and its files ({path})."
-    elif record.source == ModelSource.HUB:
-        done = _delete_from_hub_cache(model_id, path)
-    else:
-        done = f"Removed {model_id} from the list; its files stay in {path}."
-    capabilities = session.get(ModelCapabilities, model_id)
-    if capabilities is not None:
-        session.delete(capabilities)
-    session.delete(record)
-    session.commit()
-    return done
-
-
-def _delete_from_hub_cache(model_id: str, snapshot: Path) -> str:
-    """The snapshot's revision, through huggingface_hub's own cache bookkeeping (blobs shared
-    with other revisions stay)."""
-    cache_dir = snapshot.parent.parent.parent  # <cache>/models--org--name/snapshots/<commit>
-    try:
-        strategy = scan_cache_dir(cache_dir).delete_revisions(snapshot.name)
-    except (OSError, CacheNotFound, CorruptedCacheException) as exc:
-        return f"Removed {model_id} from the list; its hub cache files could not be read ({exc})."
-    strategy.execute()
-    return f"Deleted {model_id} and {strategy.expected_freed_size_str} from the hub cache."
+def added_how(record: ModelRecord) -> str:
+    """How a model just added from disk got here, for the page's message."""
+    if record.source == ModelSource.IN_PLACE:
+        return f"registered where it is, in {record.path}; nothing was copied"
+    if record.source == ModelSource.GGUF_IMPORT:
+        return f"converted from GGUF into {record.path}"
+    return f"copied into {record.path}"

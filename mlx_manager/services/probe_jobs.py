@@ -7,16 +7,29 @@ so closing the browser does not stop it. Watchers wait on `changed()` and re-rea
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
 
+from sqlmodel import Session
+
 from mlx_manager.services.downloads import CompletedDownload, add_completion_hook, remove_completion_hook
 from mlx_manager.services.jobs import Job, JobRegistry
-from mlx_manager.services.settings_store import AUTO_PROBE
-from mlx_server.facade import APIError, ModelCapabilities, ProbeStep, probe_model
+from mlx_manager.services.settings_store import AUTO_PROBE, get_setting
+from mlx_server.facade import (
+    APIError,
+    ModelCapabilities,
+    ProbeStep,
+    get_engine,
+    probe_model,
+    set_probe_starter,
+)
+
+logger = logging.getLogger("mlx_manager.probe")
 
 
 @dataclass(eq=False)
@@ -27,6 +40,7 @@ class ProbeJob(Job[str]):
     steps: list[ProbeStep] = field(default_factory=list)
     error: str | None = None
     result: ModelCapabilities | None = None
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def model_id(self) -> str:
@@ -77,17 +91,40 @@ async def _probe(job: ProbeJob) -> None:
 
 
 @asynccontextmanager
-async def probe_services() -> AsyncIterator[None]:
+async def probe_services(probe_first: Sequence[str] = ()) -> AsyncIterator[None]:
     """The app's probe jobs: fresh at start, cancelled at shutdown (before the pool unloads);
-    each completed download is probed while the auto-probe setting is on."""
+    each completed download is probed while the auto-probe setting is on, and so are the models
+    in `probe_first` (the default models `serve` has just imported), one after another; each
+    model added from disk or converted (also through /v1/admin/models) is probed as one of these
+    jobs."""
     reset_probe_jobs()
     add_completion_hook(probe_download, enabled_by=AUTO_PROBE)
+    set_probe_starter(start_probe)
+    in_turn = asyncio.create_task(probe_in_turn(probe_first), name="probe at start") if probe_first else None
     try:
         yield
     finally:
+        set_probe_starter(None)
         remove_completion_hook(probe_download)
+        if in_turn is not None:
+            in_turn.cancel()
+            with suppress(asyncio.CancelledError):
+                await in_turn
         await get_probe_jobs().shutdown()
         reset_probe_jobs()
+
+
+async def probe_in_turn(model_ids: Sequence[str]) -> None:
+    """Probe `model_ids` one at a time (each probe loads its model and runs it: side by side
+    they would only share the MLX thread), while the auto-probe setting is on."""
+    with Session(get_engine()) as session:
+        if not get_setting(session, AUTO_PROBE):
+            return
+    for model_id in model_ids:
+        job = start_probe(model_id)
+        while not job.finished:
+            await job.changed()
+        logger.info("probed %s: %s", model_id, job.error or job.status)
 
 
 async def probe_download(done: CompletedDownload) -> None:

@@ -117,6 +117,13 @@ def get_setting(session: Session, setting: Setting[T]) -> T:
     return setting.default()
 
 
+def _absolute(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_absolute()
+    except RuntimeError:  # "~name" of a user this machine does not have
+        return False
+
+
 def validate_setting(setting: Setting[Any], value: Any) -> Any:
     """The value as it would be stored, or SettingError saying what is expected."""
     if not isinstance(value, setting.kind):
@@ -125,7 +132,7 @@ def validate_setting(setting: Setting[Any], value: Any) -> Any:
         raise SettingError(
             f"The hub endpoint must be an http(s) URL such as https://huggingface.co, not {value!r}."
         )
-    if setting is HUB_CACHE_DIR and not Path(str(value)).expanduser().is_absolute():
+    if setting is HUB_CACHE_DIR and not _absolute(str(value)):
         raise SettingError(f"The hub cache must be an absolute path (/Users/me/hf-cache), not {value!r}.")
     if setting is HUB_TOKEN and any(c.isspace() for c in str(value)):
         raise SettingError("The hub token cannot contain spaces; paste it as the hub shows it (hf_...).")

@@ -26,6 +26,8 @@ OPEN_PATHS = frozenset({"/health", "/login", "/login/setup", "/logout", "/favico
 # Decides itself (api/metrics.py): a session as marked here, or an admin API key for a scraper.
 SELF_CHECKED_PATHS = frozenset({"/metrics"})
 LOGGED_IN_STATE = "logged_in"
+# Ollama's clients' heartbeat; it answers 200 and nothing else (routers/pages.py).
+OPEN_HEARTBEAT = ("HEAD", "/")
 
 
 def session_cookie(headers: Headers) -> str | None:
@@ -54,7 +56,7 @@ class LoginMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if not path or path.startswith(OPEN_PREFIXES):
+        if not path or path.startswith(OPEN_PREFIXES) or (scope["method"], path) == OPEN_HEARTBEAT:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)

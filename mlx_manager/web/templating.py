@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from jinja2 import Environment, PackageLoader
 
 from mlx_manager.services.markdown import render_markdown
 from mlx_manager.web.csrf import csrf_token
-from mlx_server.facade import __version__, pool_summary
+from mlx_server.facade import __version__, bounded, clip, pool_summary
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES_DIR = PROJECT_ROOT / "templates"
-STATIC_DIR = PROJECT_ROOT / "static"
+# Templates and static files are package data (mlx_manager/templates, mlx_manager/static), found
+# through the package as imported: the same in a checkout and in an installed wheel.
+PACKAGE = "mlx_manager"
+STATIC_PACKAGE_DIR = (PACKAGE, "static")
 
-templates = Jinja2Templates(directory=TEMPLATES_DIR)
+templates = Jinja2Templates(env=Environment(loader=PackageLoader(PACKAGE, "templates"), autoescape=True))
 templates.env.globals["version"] = __version__
 templates.env.globals["csrf_token"] = csrf_token
 templates.env.globals["pool_summary"] = pool_summary
@@ -46,6 +47,10 @@ def filesize(num: float) -> str:
 
 
 templates.env.filters["filesize"] = filesize
+# Values clients chose (model names, errors, parameters), cut with a marker: no single value can
+# make a page large (mlx_server/utils/bounded.py).
+templates.env.filters["clip"] = lambda text, limit: clip(str(text), limit)
+templates.env.filters["bounded"] = bounded
 
 
 def wants_fragment(request: Request) -> bool:

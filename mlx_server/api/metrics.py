@@ -1,15 +1,16 @@
 """GET /metrics (Prometheus text format), standalone at the server's root and in the manager.
 
-Who may scrape: anyone when MLX_SERVER_METRICS_PUBLIC is set; otherwise, as for the rest of
-the server, a request admitted by the app's page rule (the manager passes its dashboard login:
-a session, or no login required), else one carrying an active API key with the admin scope
-(`Authorization: Bearer`, as Prometheus' `authorization` scrape setting sends it). A standalone
-server that needs no keys (loopback bind, none created) answers everyone, like its /v1.
+Who may scrape, the README's rule: anyone when MLX_SERVER_METRICS_PUBLIC is set; anyone while
+API keys are not needed (loopback, none created, as for /v1) and, in the manager, the dashboard
+needs no login either; otherwise a dashboard session (the manager's pages) or an active API key
+with the admin scope (`Authorization: Bearer`, as Prometheus' `authorization` scrape setting
+sends it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -23,18 +24,27 @@ from mlx_server.records import ApiKeyScope
 from mlx_server.services.operations.api_keys import KeyState, find_api_key, key_state, keys_required
 from mlx_server.services.operations.metrics import ServerMetrics
 
-PageAccess = Callable[[Request], bool]
 PUBLIC_HINT = "or set MLX_SERVER_METRICS_PUBLIC=true to serve them to anyone who reaches the port"
+
+
+@dataclass(frozen=True)
+class PageAccess:
+    """The manager's dashboard as /metrics sees it: whether a request has a session, and
+    whether the pages need one at all."""
+
+    logged_in: Callable[[Request], bool]
+    login_required: Callable[[], bool]
 
 
 def metrics_refusal(request: Request, page_access: PageAccess | None) -> Response | None:
     """Why this scrape is refused (401/403, plain text), or None when it may have the metrics."""
     settings = get_settings()
-    if settings.metrics_public or (page_access is not None and page_access(request)):
+    if settings.metrics_public or (page_access is not None and page_access.logged_in(request)):
         return None
     secret = sent_key(request.headers)
+    open_pages = page_access is None or not page_access.login_required()
     with Session(get_engine()) as session:
-        if page_access is None and not keys_required(session, settings.host):
+        if open_pages and not keys_required(session, settings.host):
             return None
         key = find_api_key(session, secret) if secret else None
         state = key_state(key) if key is not None else None

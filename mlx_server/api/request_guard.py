@@ -7,6 +7,10 @@
   origin. State-changing /v1 requests need a JSON (or multipart) content type, and one that a
   browser marks as coming from another site (Origin, Sec-Fetch-Site) is refused unless that
   origin is in `MLX_SERVER_CORS_ORIGINS`; only those origins get CORS headers and preflights.
+  A body sent with no Content-Type at all by a client that carries none of a browser's marks
+  (Origin, Sec-Fetch-Site, Sec-Fetch-Mode) is read as JSON: litellm's Ollama providers and
+  `curl --data-binary -H 'Content-Type:'` send none, as Ollama accepts. Every browser sends
+  Origin (and Sec-Fetch-*) with a POST, so a page of another site cannot use this.
 - Size: a body larger than the limit is refused with 413 from its Content-Length, or while it
   is read (a receive wrapper counts), so it is never buffered whole.
 
@@ -31,6 +35,9 @@ LOCAL_NAMES = frozenset({"localhost"})  # addresses need no listing: see host_al
 ANY_HOST = "*"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 BODY_TYPES = ("application/json", "multipart/form-data")
+# Headers every browser adds to a state-changing request (fetch, forms, no-cors included).
+BROWSER_MARKS = ("origin", "sec-fetch-site", "sec-fetch-mode")
+JSON_CONTENT_TYPE = (b"content-type", b"application/json")
 PREFLIGHT_MAX_AGE = "600"
 CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version, x-request-id"
 
@@ -117,6 +124,22 @@ def too_large_message(limit: int) -> str:
     return f"The request body is larger than {limit} bytes, the most this server accepts for it."
 
 
+def _has_body(headers: dict[str, str]) -> bool:
+    length = headers.get("content-length", "")
+    return (length.isdigit() and int(length) > 0) or "transfer-encoding" in headers
+
+
+def untyped_client_body(scope: Scope, headers: dict[str, str]) -> bool:
+    """A state-changing request with a body, no Content-Type and no browser marks: a program
+    (litellm's Ollama providers, curl -H 'Content-Type:'), whose body is read as JSON."""
+    return (
+        scope["method"] in UNSAFE_METHODS
+        and "content-type" not in headers
+        and _has_body(headers)
+        and not any(mark in headers for mark in BROWSER_MARKS)
+    )
+
+
 Refuse = Callable[[Scope, int, str], Any]
 
 
@@ -141,6 +164,9 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
+        if self.cross_site and untyped_client_body(scope, headers):
+            scope = {**scope, "headers": [*scope.get("headers", []), JSON_CONTENT_TYPE]}
+            headers["content-type"] = JSON_CONTENT_TYPE[1].decode()
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             await self.refuse(scope, *refusal)(scope, receive, send)
@@ -185,8 +211,7 @@ class RequestGuard:
                 "Cross-site requests to this API are refused. A browser client on another origin "
                 "must be listed in MLX_SERVER_CORS_ORIGINS."
             )
-        has_body = (length.isdigit() and int(length) > 0) or "transfer-encoding" in headers
-        if (content_type or has_body) and content_type not in BODY_TYPES:
+        if (content_type or _has_body(headers)) and content_type not in BODY_TYPES:
             return 415, (
                 f"Content-Type {content_type!r} is not accepted: send the body as application/json "
                 "(or multipart/form-data for uploads)."

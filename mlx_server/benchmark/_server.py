@@ -119,7 +119,7 @@ def running_standalone(home: Path) -> Iterator[str]:
     env = {**os.environ, "MLX_SERVER_HOME": str(home)}
     env.pop("MLX_MANAGER_HOME", None)
     home.mkdir(parents=True, exist_ok=True)
-    with _serving([str(executable), "--port", str(port)], env, home / "serve.log", port) as url:
+    with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as url:
         yield url
 
 

@@ -9,7 +9,8 @@ end the server must drain (no generation left pending) and its audit log must ho
 request sent, every response's x-request-id among them. A request counts as sent once its bytes
 went out (a plain request dropped before that, on a busy machine, never reached the server).
 
-Invariants (the issue's acceptance): hung 0, other errors 0, audit rows = requests sent.
+Invariants (the issue's acceptance): hung 0, other errors 0, audit rows = requests sent, none
+still in flight once the server has drained.
 
     python -m mlx_server.benchmark.stress [--clients 50] [--seconds 120] [--seed 1]
         [--max_pending 16] [--deadline 300] [--write docs/benchmarks.md]
@@ -80,6 +81,7 @@ class Tally:
     slowest_s: float = 0.0
     audit_rows: int = -1
     audit_missing: int = -1  # response ids with no audit row
+    audit_open: int = -1  # rows still in flight once the server has drained (none should be)
     drained: bool = False
 
     @property
@@ -90,6 +92,7 @@ class Tally:
             and self.drained
             and self.audit_rows == self.sent
             and self.audit_missing == 0
+            and self.audit_open == 0
         )
 
 
@@ -211,22 +214,30 @@ async def _drained(url: str) -> bool:
     return False
 
 
+def _run_rows(url: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every audit row matching `params`, page by page."""
+    rows: list[dict[str, Any]] = []
+    while True:
+        page = httpx.get(f"{url}/v1/admin/audit", params={**params, "offset": len(rows)}, timeout=30)
+        data = page.json()["data"]
+        rows += data
+        if len(data) < params["limit"]:
+            return rows
+
+
 def _audit(url: str, since: datetime, tally: Tally) -> None:
-    """The audit rows of the run (polled until they are written: the log writes in batches)."""
+    """The audit rows of the run, polled until each request's row is written and ended (rows
+    are written as requests arrive and completed when they end, in batches)."""
     params: dict[str, Any] = {"endpoint": ENDPOINT, "since": since.isoformat(), "limit": 500}
-    ids: set[str] = set()
     stop = time.monotonic() + 30
     while True:
-        page = httpx.get(f"{url}/v1/admin/audit", params=params, timeout=30).json()
-        total = page["total"]
-        if total >= tally.sent or time.monotonic() > stop:
+        rows = _run_rows(url, params)
+        still_open = sum(row["state"] == "in_flight" for row in rows)
+        if (len(rows) >= tally.sent and not still_open) or time.monotonic() > stop:
             break
-        time.sleep(0.1)
-    for offset in range(0, total, 500):
-        page = httpx.get(f"{url}/v1/admin/audit", params={**params, "offset": offset}, timeout=30).json()
-        ids.update(row["request_id"] for row in page["data"])
-    tally.audit_rows = total
-    tally.audit_missing = len(tally.request_ids - ids)
+        time.sleep(0.2)
+    tally.audit_rows, tally.audit_open = len(rows), still_open
+    tally.audit_missing = len(tally.request_ids - {row["request_id"] for row in rows})
 
 
 def stress(
@@ -260,6 +271,7 @@ def report(tally: Tally, clients: int, seconds: int, max_pending: int, deadline:
         ("other errors", len(tally.errors)),
         ("audit rows for the run", tally.audit_rows),
         ("responses without an audit row", tally.audit_missing),
+        ("audit rows still in flight after the drain", tally.audit_open),
     ]
     lines = [
         run_line(),
@@ -272,7 +284,8 @@ def report(tally: Tally, clients: int, seconds: int, max_pending: int, deadline:
         *(f"| {name} | {count} |" for name, count in rows),
         "",
         f"Slowest request {tally.slowest_s:.1f} s; the server drained: {'yes' if tally.drained else 'NO'}. "
-        f"The invariants (none hung, no other error, one audit row per request sent) **{verdict}**.",
+        f"The invariants (none hung, no other error, one audit row per request sent, each "
+        f"completed) **{verdict}**.",
     ]
     lines += [f"- error: {error}" for error in tally.errors[:10]]
     return "\n".join(lines)

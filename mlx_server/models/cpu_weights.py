@@ -32,6 +32,20 @@ def _tensors(path: Path) -> dict[str, dict[str, Any]]:
 
 def _float32_bytes(path: Path, config: dict[str, Any]) -> int:
     """The weights' size once quantized layers are float32 (every tensor counted as float32)."""
+    return parameter_count(path, config) * 4
+
+
+def weight_dtypes(path: Path) -> dict[str, int]:
+    """Safetensors dtype ("F32", "BF16", "U32", ...) -> how many tensors are stored in it."""
+    counts: dict[str, int] = {}
+    for info in _tensors(path).values():
+        counts[str(info["dtype"])] = counts.get(str(info["dtype"]), 0) + 1
+    return counts
+
+
+def parameter_count(path: Path, config: dict[str, Any]) -> int:
+    """The model's parameters from its safetensors headers; a quantized layer counts the values
+    its packed weight holds (groups x group size), not its uint32 words, scales or biases."""
     quantization = config.get("quantization") or {}
     tensors = _tensors(path)
     total = 0
@@ -49,7 +63,7 @@ def _float32_bytes(path: Path, config: dict[str, Any]) -> int:
             for dim in tensors[f"{module}.scales"]["shape"]:
                 groups *= int(dim)
             count = groups * int(layer.get("group_size", 64))
-        total += count * 4
+        total += count
     return total
 
 

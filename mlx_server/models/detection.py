@@ -20,9 +20,25 @@ class ModelType(StrEnum):
     # speech out), so each has its endpoint and the wrong one is refused by name.
     SPEECH_TO_TEXT = "stt"
     TEXT_TO_SPEECH = "tts"
+    # Cross-encoders: a query and a document in, a relevance score out (POST /v1/rerank).
+    RERANK = "rerank"
 
 
 _EMBEDDING_ARCHITECTURES = ("BertModel", "XLMRobertaModel", "NomicBertModel", "ModernBertModel")
+# Sequence-classification architectures of rerankers (models/cross_encoder.py) -> the encoder
+# attribute, which is also their weights' prefix.
+CROSS_ENCODER_ARCHITECTURES = {
+    "BertForSequenceClassification": "bert",
+    "XLMRobertaForSequenceClassification": "roberta",
+    "RobertaForSequenceClassification": "roberta",
+}
+
+
+def cross_encoder_architecture(config: dict[str, Any]) -> str | None:
+    """The config's reranker architecture we can load, if it names one."""
+    return next((a for a in config.get("architectures") or [] if a in CROSS_ENCODER_ARCHITECTURES), None)
+
+
 # config.json model_type values of mlx-audio's STT and TTS models (mlx_audio/stt/models,
 # mlx_audio/tts/models); names it shares with text models (llama, qwen3) are left out.
 _STT_MODEL_TYPES = (
@@ -114,6 +130,8 @@ def detect_model_type(model_path: Path, config: dict[str, Any] | None = None) ->
         return ModelType.VISION
     if has_image_processor(model_path):
         return ModelType.VISION
+    if cross_encoder_architecture(config) is not None:
+        return ModelType.RERANK
     if (model_path / "modules.json").is_file() or any(a in _EMBEDDING_ARCHITECTURES for a in architectures):
         return ModelType.EMBEDDINGS
     return ModelType.TEXT_GEN

@@ -20,6 +20,7 @@ from mlx_server.database import get_engine
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.adapters import ModelAdapter, create_adapter
 from mlx_server.models.cpu_weights import load_text_model, loaded_bytes_estimate
+from mlx_server.models.defaults import ModelDefaults
 from mlx_server.models.detection import (
     ModelType,
     detect_model_family,
@@ -58,6 +59,8 @@ class ModelSpec:
     draft: DraftSpec | None = None
     kv_bits: int | None = None
     kv_group_size: int = DEFAULT_KV_GROUP_SIZE
+    # What requests that leave them out run with (a LoRA variant: its base's).
+    defaults: ModelDefaults = field(default_factory=ModelDefaults)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,14 @@ class LoadedModel:
     # Tokens generated with the draft since the load, and how many of them the draft proposed.
     speculative_tokens: int = 0
     draft_tokens: int = 0
+    # The model's defaults (models/defaults.py), as read at its load; a request reads them again
+    # after a change in this process, or a few seconds on (another process may have changed
+    # them): services/operations/model_defaults.py::current_defaults.
+    defaults: ModelDefaults = field(default_factory=ModelDefaults)
+    defaults_read_at: float = field(default_factory=time.monotonic)
+    defaults_version: int = -1
+    # Its directory: a request for a model whose files went away is refused (pool.acquire).
+    path: Path | None = None
 
     @property
     def chat(self) -> ModelAdapter:
@@ -111,8 +122,28 @@ class LoadedModel:
 
     @property
     def context_length(self) -> int | None:
-        value = self.config.get("max_position_embeddings") or self.config.get("max_seq_len")
-        return int(value) if isinstance(value, int) and value > 0 else None
+        """The most tokens it runs with: the model's default if set, else what it was trained for."""
+        return self.defaults.context_length or self.trained_context_length
+
+    @property
+    def trained_context_length(self) -> int | None:
+        return trained_context_length(self.config)
+
+
+def trained_context_length(config: dict[str, Any]) -> int | None:
+    value = config.get("max_position_embeddings") or config.get("max_seq_len")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def files_missing(model_id: str, path: Path) -> APIError:
+    """The refusal of a model whose directory went away (moved, deleted, an unplugged disk)."""
+    return APIError(
+        409,
+        f"The files of model {model_id!r} are missing from {path}; put them back, or delete the model "
+        "and add it again from where they are now.",
+        param="model",
+        code="model_files_missing",
+    )
 
 
 def generation_options(loaded: LoadedModel) -> dict[str, Any]:
@@ -140,12 +171,7 @@ def read_spec(model_id: str) -> ModelSpec:
             session.expunge(capabilities)
     path = Path(record.path)
     if not (path / "config.json").is_file():
-        raise APIError(
-            409,
-            f"The files of model {model_id!r} are missing from {path}; re-import or delete it.",
-            param="model",
-            code="model_files_missing",
-        )
+        raise files_missing(model_id, path)
     config = read_config(path)
     stored_type = ModelType(capabilities.model_type) if capabilities and capabilities.model_type else None
     family = capabilities.model_family if capabilities and capabilities.model_family else None
@@ -170,6 +196,7 @@ def read_spec(model_id: str) -> ModelSpec:
         draft=draft,
         kv_bits=record.kv_bits if model_type == ModelType.TEXT_GEN else None,
         kv_group_size=record.kv_group_size or DEFAULT_KV_GROUP_SIZE,
+        defaults=ModelDefaults.from_stored(record.defaults),
     )
 
 
@@ -201,6 +228,8 @@ def _measured_load(spec: ModelSpec, load: Callable[[str], Any]) -> LoadedModel:
         config=spec.config,
         size_bytes=measured if measured > 0 else spec.estimate_bytes,
         probed=spec.capabilities is not None,
+        defaults=spec.defaults,
+        path=spec.path,
     )
 
 
@@ -255,6 +284,12 @@ def _load_embedding_model(spec: ModelSpec) -> LoadedModel:
     return loaded
 
 
+def _load_rerank_model(spec: ModelSpec) -> LoadedModel:
+    from mlx_server.models.cross_encoder import load_cross_encoder  # mlx-embeddings on first use
+
+    return _measured_load(spec, load_cross_encoder)
+
+
 def _load_speech_model(spec: ModelSpec) -> LoadedModel:
     from mlx_audio.tts.utils import load
 
@@ -286,6 +321,7 @@ LOADERS: dict[ModelType, Callable[[ModelSpec], LoadedModel]] = {
     ModelType.VISION: _load_vision_model,
     ModelType.SPEECH_TO_TEXT: _load_transcription_model,
     ModelType.TEXT_TO_SPEECH: _load_speech_model,
+    ModelType.RERANK: _load_rerank_model,
 }
 
 # The endpoint that serves each type, for errors that send a request to the right one.
@@ -295,4 +331,5 @@ ENDPOINTS: dict[ModelType, str] = {
     ModelType.VISION: "/v1/chat/completions",
     ModelType.SPEECH_TO_TEXT: "/v1/audio/transcriptions",
     ModelType.TEXT_TO_SPEECH: "/v1/audio/speech",
+    ModelType.RERANK: "/v1/rerank",
 }

@@ -30,6 +30,7 @@ from mlx_server.models.loaders import (
     LOADERS,
     LoadedModel,
     ModelSpec,
+    files_missing,
     generation_options,
     read_spec,
 )
@@ -89,6 +90,9 @@ class ModelPoolManager:
         endpoint that serves it, decided before anything is loaded."""
         for _ in range(3):
             loaded = self._models.get(model_id)
+            if loaded is not None and loaded.path is not None and not (loaded.path / "config.json").is_file():
+                await self._drop_vanished(loaded)
+                raise files_missing(model_id, loaded.path)
             if loaded is None:
                 spec = read_spec(model_id)
                 _check_type(model_id, spec.model_type, model_type)
@@ -105,6 +109,13 @@ class ModelPoolManager:
             f"Model {model_id!r} keeps being evicted by other loads; retry shortly.",
             headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
         )
+
+    async def _drop_vanished(self, loaded: LoadedModel) -> None:
+        """A loaded model whose files went away is unloaded once idle: its memory goes back, and
+        every request gets the same refusal whether or not it was loaded."""
+        if not loaded.active and self._models.get(loaded.model_id) is loaded:
+            logger.warning("unloading %s: its files are gone from %s", loaded.model_id, loaded.path)
+            await self._evict(loaded.model_id)
 
     def release(self, loaded: LoadedModel) -> None:
         loaded.active -= 1

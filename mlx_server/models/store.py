@@ -1,4 +1,5 @@
-"""Registered models: list them, import GGUF files, and the bundled default model."""
+"""Registered models: list them, add them from disk (in place or copied), import GGUF files, and
+the bundled default models."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from mlx_server.models.disk import expand_user, inspect_path
 from mlx_server.models.gguf_import import ConvertedModel, convert_gguf
 from mlx_server.models.whisper_import import convert_ctranslate2_whisper
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource, utcnow
@@ -29,10 +31,18 @@ DEFAULT_STT_DIR = "model"
 
 # Hub-style ids ("org/name") are allowed; path tricks are not.
 _MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+# A model's directory is named after its id ("/" -> "--"), and imports stage it beside under
+# that name plus a suffix of up to 10 characters: this keeps every name under the 255 bytes
+# file systems allow (a LoRA adapter's id, "<id>+<name>", fits the 255 of its column too).
+MAX_MODEL_ID_CHARS = 190
 
 
 class ModelStoreError(ValueError):
     """A model operation was refused; the message says what to change."""
+
+
+class ModelIdTaken(ModelStoreError):
+    """The id, or the files, already belong to a registered model."""
 
 
 def list_models(session: Session) -> list[ModelRecord]:
@@ -59,6 +69,12 @@ def save_capabilities(session: Session, model_id: str, **fields: Any) -> ModelCa
 
 
 def validate_model_id(model_id: str) -> str:
+    """`model_id`, if it can name a model here: its directory and its database row."""
+    if len(model_id) > MAX_MODEL_ID_CHARS:
+        raise ModelStoreError(
+            f"invalid model id {model_id[:40]!r}... ({len(model_id)} characters): a model id may have "
+            f"at most {MAX_MODEL_ID_CHARS}; choose a shorter one (--id on the command line)"
+        )
     if not _MODEL_ID.fullmatch(model_id) or ".." in model_id:
         raise ModelStoreError(
             f"invalid model id {model_id!r}: use letters, digits, '.', '_', '-' and at most one '/'"
@@ -83,7 +99,7 @@ def _free_target(session: Session, models_dir: Path, model_id: str) -> Path:
     """The directory a new model `model_id` goes to, once the id is checked valid and unused."""
     model_id = validate_model_id(model_id)
     if get_model(session, model_id) is not None:
-        raise ModelStoreError(f"model {model_id!r} already exists; pass --id to import it under another name")
+        raise ModelIdTaken(f"model {model_id!r} already exists; pass --id to import it under another name")
     return model_dir(models_dir, model_id)
 
 
@@ -156,7 +172,7 @@ def import_directory(session: Session, source: Path, models_dir: Path, model_id:
     the directory and the database row exist afterwards, or neither."""
     model_id = validate_model_id(model_id)
     if get_model(session, model_id) is not None:
-        raise ModelStoreError(f"model {model_id!r} already exists")
+        raise ModelIdTaken(f"model {model_id!r} already exists")
     target = model_dir(models_dir, model_id)
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
@@ -183,3 +199,59 @@ def ensure_default_models(session: Session, models_dir: Path) -> list[ModelRecor
         import_directory(session, embedding_dir, models_dir, DEFAULT_EMBEDDING_MODEL_ID),
         import_whisper(session, whisper_dir, models_dir, DEFAULT_STT_MODEL_ID),
     ]
+
+
+def suggested_model_id(path: Path) -> str:
+    """An id for a model found at `path`: the repo id of a hub cache snapshot
+    (models--org--name/snapshots/<commit>), else the directory or file name, made valid."""
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
+        return parts[-3].removeprefix("models--").replace("--", "/", 1)
+    name = path.stem if path.is_file() else path.name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "model"
+
+
+def registered_at(session: Session, path: Path) -> ModelRecord | None:
+    """The model already registered with these files, if any (paths compared resolved)."""
+    target = path.resolve()
+    return next((r for r in list_models(session) if Path(r.path).resolve() == target), None)
+
+
+def add_model(
+    session: Session, path: Path, models_dir: Path, model_id: str | None = None, *, copy: bool = False
+) -> ModelRecord:
+    """Register a model directory (MLX, or a Hugging Face layout its loader reads) or a GGUF file.
+
+    A directory is registered in place (the row keeps its path, nothing is copied; deleting the
+    model never touches the files) unless `copy`; a GGUF file is always converted into
+    `models_dir`. Refused with what to do for anything the server cannot load."""
+    path = expand_user(path)
+    try:
+        found = inspect_path(path)
+    except FileNotFoundError:
+        raise ModelStoreError(
+            f"There is nothing at {path}; give the path of a model directory or a .gguf file."
+        ) from None
+    if not found.addable:
+        what = "it is not an MLX model: " if found.kind == "pytorch" else ""
+        raise ModelStoreError(f"{path} cannot be added: {what}{found.reason}.")
+    model_id = validate_model_id(model_id or suggested_model_id(path))
+    if found.kind == "gguf":
+        return import_gguf(session, path, models_dir, model_id)
+    if get_model(session, model_id) is not None:
+        raise ModelIdTaken(f"model {model_id!r} already exists; choose another id")
+    if (same := registered_at(session, path)) is not None:
+        raise ModelIdTaken(f"{path} is already registered as {same.id!r}")
+    if copy:
+        return import_directory(session, path, models_dir, model_id)
+    record = ModelRecord(
+        id=model_id,
+        source=ModelSource.IN_PLACE,
+        path=str(path),
+        size_bytes=found.size_bytes,
+        origin=str(path),
+    )
+    session.add(record)
+    session.commit()
+    session.refresh(record)
+    return record

@@ -11,7 +11,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
+from mlx_server.schemas.limits import (
+    MAX_ID_CHARS,
+    MAX_MESSAGES,
+    MAX_MODEL_NAME_CHARS,
+    MAX_NAME_CHARS,
+    MAX_STOP_SEQUENCES,
+    MAX_TOOLS,
+    MAX_USER_CHARS,
+    TextOnly,
+    check_stop_strings,
+    check_tool_sizes,
+)
 
 # --- Content blocks ---
 
@@ -43,14 +54,14 @@ class ImageBlock(_Block):
 
 class ToolUseBlock(_Block):
     type: Literal["tool_use"] = "tool_use"
-    id: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     input: dict[str, Any] = Field(default_factory=dict)
 
 
 class ToolResultBlock(_Block):
     type: Literal["tool_result"]
-    tool_use_id: str = Field(min_length=1)
+    tool_use_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
     content: str | list[Annotated[TextBlock | ImageBlock, Field(discriminator="type")]] = ""
     is_error: bool = False
 
@@ -83,7 +94,7 @@ class Message(_Block):
 
 
 class Tool(_Block):
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     description: str | None = None
     input_schema: dict[str, Any]
     # Client tools only; Anthropic's server tools (web search, code execution) run in its cloud.
@@ -92,7 +103,7 @@ class Tool(_Block):
 
 class ToolChoice(_Block):
     type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     disable_parallel_tool_use: bool = False
 
 
@@ -104,12 +115,18 @@ class ThinkingConfig(_Block):
 # --- Requests ---
 
 
-class MessagesInput(BaseModel):
+class Metadata(_Block):
+    """Anthropic's request metadata: an opaque id of the end user (its limit is Anthropic's)."""
+
+    user_id: str | None = Field(default=None, max_length=MAX_USER_CHARS)
+
+
+class MessagesInput(TextOnly):
     """What both /v1/messages and /v1/messages/count_tokens read: the prompt."""
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     messages: list[Message] = Field(min_length=1, max_length=MAX_MESSAGES)
     system: str | list[TextBlock] | None = None
     tools: list[Tool] | None = Field(default=None, max_length=MAX_TOOLS)
@@ -137,13 +154,12 @@ class MessagesRequest(MessagesInput):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = Field(default=None, ge=0)
     stream: bool = False
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
 
     @field_validator("stop_sequences")
     @classmethod
-    def _no_empty_stop(cls, value: list[str] | None) -> list[str] | None:
-        if value and any(s == "" for s in value):
-            raise ValueError("stop sequences must not be empty")
+    def _stop_sizes(cls, value: list[str] | None) -> list[str] | None:
+        check_stop_strings(value or [], MAX_STOP_SEQUENCES)
         return value
 
 

@@ -6,18 +6,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS, MAX_USER_CHARS, TextOnly
+
 # A string, strings, the model's own token ids, or lists of them (OpenAI's four input forms).
 EmbeddingInput = str | list[str] | list[int] | list[list[int]]
 
 
-class EmbeddingRequest(BaseModel):
+class EmbeddingRequest(TextOnly):
     model_config = ConfigDict(extra="ignore")
 
-    model: str
+    model: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     input: EmbeddingInput
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = None
-    user: str | None = None
+    user: str | None = Field(default=None, max_length=MAX_USER_CHARS)
     # Ours: cut inputs longer than the model's maximum instead of refusing them (see README).
     truncate: bool = False
 

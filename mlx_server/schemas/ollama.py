@@ -7,16 +7,33 @@ field of the wrong type is a 400 naming it. `stream` defaults to true, as in Oll
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
+from mlx_server.schemas.limits import (
+    MAX_MESSAGES,
+    MAX_MODEL_NAME_CHARS,
+    MAX_NAME_CHARS,
+    MAX_SEED,
+    MAX_STOP_SEQUENCES,
+    MAX_TOOLS,
+    TextOnly,
+    check_name_length,
+    check_stop_strings,
+    check_tool_sizes,
+)
 
 # "json", a JSON Schema object, or "" / null for plain text.
 OutputFormatField = Literal["", "json"] | dict[str, Any] | None
 # A duration ("5m", "1h30m", "-1"), or a number of seconds; negative keeps the model loaded.
-KeepAlive = float | str | None
+KeepAlive = float | Annotated[str, Field(max_length=64)] | None
+# A preset's system prompt (as a model's defaults take it) and a chat template sent back.
+MAX_SYSTEM_PROMPT_CHARS = 100_000
+MAX_TEMPLATE_CHARS = 200_000
+# Ollama's own default seed, -1, means a random one (its clients send it with the defaults).
+RANDOM_SEED = -1
+ModelName = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)]
 ThinkField = bool | Literal["low", "medium", "high"] | None
 
 
@@ -35,7 +52,7 @@ class OllamaOptions(BaseModel):
     top_k: int | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, ge=0, le=1)
     min_p: float | None = Field(default=None, ge=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=RANDOM_SEED, le=MAX_SEED)
     stop: list[str] | None = None
     repeat_penalty: float | None = Field(default=None, gt=0)
     presence_penalty: float | None = None
@@ -46,9 +63,15 @@ class OllamaOptions(BaseModel):
     def _one_stop(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
+    @field_validator("stop")
+    @classmethod
+    def _stop_sizes(cls, value: list[str] | None) -> list[str] | None:
+        check_stop_strings(value or [], MAX_STOP_SEQUENCES)
+        return value
 
-class _Generation(_Body):
-    model: str = Field(min_length=1)
+
+class _Generation(_Body, TextOnly):
+    model: ModelName
     format: OutputFormatField = None
     options: OllamaOptions | None = None
     stream: bool = True
@@ -57,7 +80,7 @@ class _Generation(_Body):
 
 
 class OllamaToolCallFunction(_Body):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -71,7 +94,7 @@ class OllamaMessage(_Body):
     images: list[str] | None = None
     tool_calls: list[OllamaToolCall] | None = None
     # A tool result names the tool it answers (Ollama has no call ids).
-    tool_name: str | None = None
+    tool_name: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     thinking: str | None = None
 
 
@@ -87,6 +110,7 @@ class OllamaChatRequest(_Generation):
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 shape = '{"type": "function", "function": {"name": ..., "parameters": ...}}'
                 raise ValueError(f"tool {index} needs {shape}")
+            check_name_length(function["name"], f"tool {index}'s name")
         check_tool_sizes(value)
         return value
 
@@ -101,8 +125,8 @@ class OllamaGenerateRequest(_Generation):
     images: list[str] | None = None
 
 
-class OllamaEmbedRequest(_Body):
-    model: str = Field(min_length=1)
+class OllamaEmbedRequest(_Body, TextOnly):
+    model: ModelName
     input: str | list[str]
     truncate: bool = True
     dimensions: int | None = Field(default=None, ge=1)
@@ -110,17 +134,17 @@ class OllamaEmbedRequest(_Body):
     keep_alive: KeepAlive = None
 
 
-class OllamaEmbeddingsRequest(_Body):
+class OllamaEmbeddingsRequest(_Body, TextOnly):
     """The older /api/embeddings: one prompt, one vector."""
 
-    model: str = Field(min_length=1)
+    model: ModelName
     prompt: str
     options: OllamaOptions | None = None
     keep_alive: KeepAlive = None
 
 
-class OllamaShowRequest(_Body):
-    model: str = Field(min_length=1)
+class OllamaShowRequest(_Body, TextOnly):
+    model: ModelName
     verbose: bool = False
 
     @model_validator(mode="before")
@@ -130,3 +154,41 @@ class OllamaShowRequest(_Body):
         if isinstance(value, dict) and "model" not in value and "name" in value:
             return {**value, "model": value["name"]}
         return value
+
+
+class OllamaPullRequest(OllamaShowRequest):
+    """`model` (or the older `name`): a Hugging Face repo id; `insecure` is accepted and unused."""
+
+    stream: bool = True
+    insecure: bool = False
+
+
+class OllamaDeleteRequest(OllamaShowRequest):
+    pass
+
+
+class OllamaCopyRequest(_Body, TextOnly):
+    source: ModelName
+    destination: ModelName
+
+
+class OllamaCreateRequest(_Body, TextOnly):
+    """A named preset (services/operations/model_presets.py): `from` a model, with `system` and
+    `parameters` (a Modelfile's SYSTEM and PARAMETER lines). `files`, `adapters`, `messages`,
+    `quantize` and the older `modelfile` text are read only to refuse them with what to do."""
+
+    model: ModelName
+    from_: ModelName | None = Field(default=None, alias="from")
+    system: str | None = Field(default=None, max_length=MAX_SYSTEM_PROMPT_CHARS)
+    parameters: dict[str, Any] = Field(default_factory=dict, max_length=64)
+    template: str | None = Field(default=None, max_length=MAX_TEMPLATE_CHARS)
+    stream: bool = True
+    files: dict[str, Any] | None = None
+    adapters: dict[str, Any] | None = None
+    messages: list[Any] | None = None
+    quantize: str | None = Field(default=None, max_length=64)
+    modelfile: str | None = Field(default=None, max_length=MAX_TEMPLATE_CHARS)
+
+
+class OllamaPushRequest(OllamaPullRequest):
+    pass

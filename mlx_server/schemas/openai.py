@@ -11,7 +11,22 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
+from mlx_server.schemas.limits import (
+    MAX_ID_CHARS,
+    MAX_MESSAGES,
+    MAX_MODEL_NAME_CHARS,
+    MAX_NAME_CHARS,
+    MAX_SEED,
+    MAX_TOOLS,
+    MAX_USER_CHARS,
+    TextOnly,
+    check_name_length,
+    check_stop_strings,
+    check_tool_sizes,
+)
+
+# OpenAI's own limit on stop sequences.
+MAX_OPENAI_STOPS = 4
 
 
 class ModelObject(BaseModel):
@@ -45,27 +60,37 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
+    tool_call_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _call_sizes(cls, value: list[ToolCall] | None) -> list[ToolCall] | None:
+        for call in value or []:  # ToolCall is also the model's output type: bounded here only
+            if len(call.id) > MAX_ID_CHARS:
+                raise ValueError(f"a tool call id may have at most {MAX_ID_CHARS} characters")
+            check_name_length(call.function.name, "a function name")
+        return value
 
 
 class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(TextOnly):
     """Sampling parameters shared by chat and legacy completions.
 
     Besides OpenAI's own, the extensions llama.cpp, vLLM and LM Studio accept: top_k, min_p,
     repetition_penalty.
     """
 
-    # Clients send fields we have no use for (user, metadata, store, ...); ignore them as
-    # other OpenAI-compatible servers do rather than failing the request.
+    # Clients send fields we have no use for (metadata, store, ...); ignore them as other
+    # OpenAI-compatible servers do rather than failing the request. `user` is read only to be
+    # bounded, like every string a client may expect to see again.
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=0)
@@ -74,9 +99,10 @@ class SamplingFields(BaseModel):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: dict[int, float] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     n: int = Field(default=1, ge=1)
+    user: str | None = Field(default=None, max_length=MAX_USER_CHARS)
     stream: bool = False
     stream_options: StreamOptions | None = None
 
@@ -91,11 +117,7 @@ class SamplingFields(BaseModel):
     @field_validator("stop")
     @classmethod
     def _stop_list(cls, value: str | list[str] | None) -> str | list[str] | None:
-        stops = [value] if isinstance(value, str) else value or []
-        if len(stops) > 4:
-            raise ValueError("at most 4 stop sequences are allowed")
-        if any(s == "" for s in stops):
-            raise ValueError("stop sequences must not be empty")
+        check_stop_strings([value] if isinstance(value, str) else value or [], MAX_OPENAI_STOPS)
         return value
 
     @property
@@ -125,7 +147,20 @@ class ChatCompletionRequest(SamplingFields):
     @field_validator("tools")
     @classmethod
     def _tool_sizes(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for index, tool in enumerate(value or []):
+            function = tool.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            check_name_length(name, f"tool {index}'s name")
         check_tool_sizes(value)
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_size(cls, value: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+        if isinstance(value, str) and len(value) > MAX_NAME_CHARS:
+            raise ValueError('tool_choice must be "auto", "none", "required" or a named function')
+        function = value.get("function") if isinstance(value, dict) else None
+        check_name_length(function.get("name") if isinstance(function, dict) else None, "the function name")
         return value
 
     @property

@@ -13,7 +13,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
+from mlx_server.schemas.limits import (
+    MAX_ID_CHARS,
+    MAX_MESSAGES,
+    MAX_MODEL_NAME_CHARS,
+    MAX_NAME_CHARS,
+    MAX_TOOLS,
+    TextOnly,
+    check_tool_sizes,
+)
+
+# OpenAI's limit on function and json_schema format names.
+MAX_FUNCTION_NAME_CHARS = 64
+ItemId = Annotated[str, Field(max_length=MAX_ID_CHARS)]
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 
@@ -76,23 +88,23 @@ ContentPart = Annotated[
 
 class MessageItem(_Item):
     type: Literal["message"] = "message"
-    id: str | None = None
+    id: ItemId | None = None
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
 
 
 class FunctionCallItem(_Item):
     type: Literal["function_call"]
-    id: str | None = None
-    call_id: str = Field(min_length=1)
-    name: str = Field(min_length=1)
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     arguments: str = "{}"
 
 
 class FunctionCallOutputItem(_Item):
     type: Literal["function_call_output"]
-    id: str | None = None
-    call_id: str = Field(min_length=1)
+    id: ItemId | None = None
+    call_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
     output: str | list[InputText | InputImage]
 
 
@@ -103,7 +115,7 @@ class SummaryText(_Item):
 
 class ReasoningItem(_Item):
     type: Literal["reasoning"]
-    id: str | None = None
+    id: ItemId | None = None
     summary: list[SummaryText] = Field(default_factory=list)
 
 
@@ -125,7 +137,7 @@ class FunctionTool(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["function"]
-    name: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME_CHARS)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -133,7 +145,7 @@ class FunctionTool(BaseModel):
 
 class NamedFunction(BaseModel):
     type: Literal["function"]
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=MAX_FUNCTION_NAME_CHARS)
 
 
 class TextFormat(BaseModel):
@@ -142,7 +154,7 @@ class TextFormat(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["text", "json_object", "json_schema"] = "text"
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=MAX_FUNCTION_NAME_CHARS)
     # "schema" shadows a BaseModel attribute, hence the alias.
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
@@ -161,12 +173,12 @@ class ReasoningConfig(BaseModel):
     summary: Literal["auto", "concise", "detailed"] | None = None
 
 
-class ResponseRequest(BaseModel):
+class ResponseRequest(TextOnly):
     """POST /v1/responses."""
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=MAX_MODEL_NAME_CHARS)
     input: str | list[InputItem] = Field(max_length=MAX_MESSAGES)
     instructions: str | None = None
     tools: list[FunctionTool] | None = Field(default=None, max_length=MAX_TOOLS)
@@ -180,7 +192,7 @@ class ResponseRequest(BaseModel):
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     store: bool = True
     stream: bool = False
-    previous_response_id: str | None = None
+    previous_response_id: str | None = Field(default=None, max_length=MAX_ID_CHARS)
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -73,6 +73,15 @@ def test_filter_load_more_details_and_live_tail(live_server: str, chromium: Path
         audit_service.record(_rows("beta", 1, start=-1)[0])  # filtered out
         audit_service.record(_rows("alpha", 1, start=-1, prefix="live")[0])
         expect(rows).to_have_count(51)
-        rows.first.get_by_role("link").click()
+        # A request's row is written as it arrives: drawn in flight, then replaced when it ends.
+        arriving = AuditLog(request_id="arriving", endpoint="POST /v1/chat/completions", model="alpha")
+        audit_service.begin(arriving)
+        expect(rows).to_have_count(52)
+        expect(rows.first).to_contain_text("in flight")
+        audit_service.update(arriving, {"state": "completed", "status": 200, "latency_ms": 42.0})
+        expect(rows.first).to_contain_text("42 ms")
+        expect(rows.first.locator(".status")).to_have_text("200")
+        expect(rows).to_have_count(52)
+        rows.nth(1).get_by_role("link").click()
         expect(page.locator("tr.audit-detail-row")).to_contain_text("live-0")
         page.screenshot(path=str(tmp_path / "audit.png"), full_page=True)

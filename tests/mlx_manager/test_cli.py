@@ -35,6 +35,14 @@ def test_import_twice_fails_with_a_hint(smollm_gguf: Path) -> None:
     assert "already exists; pass --id" in again.output
 
 
+def test_an_id_too_long_for_a_file_name_is_refused_before_converting(smollm_gguf: Path, home: Path) -> None:
+    result = runner.invoke(app, ["models", "import-gguf", str(smollm_gguf), "--id", "m" * 300])
+    assert result.exit_code == 1, result.output
+    assert "a model id may have at most 190" in result.output and "--id" in result.output
+    assert "Traceback" not in result.output and isinstance(result.exception, (SystemExit, type(None)))
+    assert not (home / "models").exists() or not any((home / "models").iterdir())
+
+
 def test_import_of_a_garbage_file_fails_cleanly(tmp_path: Path, home: Path) -> None:
     garbage = tmp_path / "notes.gguf"
     garbage.write_bytes(b"this is not a model\n" * 100)

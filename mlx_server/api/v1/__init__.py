@@ -10,9 +10,12 @@ from mlx_server.api.v1 import (
     embeddings,
     lora,
     messages,
+    model_admin,
     models,
+    rerank,
     responses,
     speech,
+    tokenize,
     transcriptions,
 )
 
@@ -23,8 +26,11 @@ router.include_router(completions.router)
 router.include_router(messages.router)
 router.include_router(responses.router)
 router.include_router(embeddings.router)
+router.include_router(tokenize.router)
+router.include_router(rerank.router)
 router.include_router(speech.router)
 router.include_router(transcriptions.router)
 router.include_router(admin.router)
+router.include_router(model_admin.router)
 router.include_router(lora.router)
 router.include_router(backends.router)

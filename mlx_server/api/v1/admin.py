@@ -11,7 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mlx_server.database import SessionDep
 from mlx_server.errors import APIError
 from mlx_server.records import AuditLog
+from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS, TextOnly
 from mlx_server.services.operations.audit import MAX_QUERY_LIMIT, audit_service
+from mlx_server.services.operations.audit_search import shown
 from mlx_server.services.operations.model_options import (
     ModelOptions,
     model_options,
@@ -70,7 +72,7 @@ def audit_query(request: Request) -> AuditQuery:
 def list_audit_log(session: SessionDep, query: Annotated[AuditQuery, Depends(audit_query)]) -> AuditPage:
     """Recorded /v1 requests, newest first, with the total matching the filters."""
     rows, total = audit_service.query(session, **query.model_dump())
-    return AuditPage(data=rows, total=total, limit=query.limit, offset=query.offset)
+    return AuditPage(data=[shown(row) for row in rows], total=total, limit=query.limit, offset=query.offset)
 
 
 @router.get("/pool")
@@ -95,12 +97,16 @@ def unpin(model_id: str) -> dict[str, Any]:
     return set_pinned(model_id, False)
 
 
-class ModelOptionsUpdate(BaseModel):
+class ModelOptionsUpdate(TextOnly):
     """PATCH body: only the fields sent change; null clears one."""
 
     model_config = ConfigDict(extra="forbid")
 
-    draft_model: str | None = Field(default=None, description="A local text model with the same vocabulary")
+    draft_model: str | None = Field(
+        default=None,
+        max_length=MAX_MODEL_NAME_CHARS,
+        description="A local text model with the same vocabulary",
+    )
     kv_bits: int | None = Field(default=None, description="4 or 8; null: the KV cache is not quantized")
     kv_group_size: int | None = Field(default=None, description="32, 64 or 128; null: 64")
 

@@ -37,7 +37,7 @@ def backends(session: SessionDep) -> dict[str, Any]:
 @router.post("/backends")
 async def put_backend(body: BackendIn, session: SessionDep, refresh: bool = True) -> dict[str, Any]:
     """Create or change a backend (by name); by default ask it for its models at once."""
-    backend = save_backend(session, body)
+    backend = await save_backend(session, body)
     if refresh:
         backend = await refresh_models(session, backend.name)
     return public(backend)

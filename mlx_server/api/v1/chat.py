@@ -5,7 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mlx_server.api.openai_common import audit_start, finished, reject_n, sampling_params, streamed
+from mlx_server.api.openai_common import (
+    audit_start,
+    finished,
+    left_out,
+    reject_n,
+    sampling_params,
+    streamed,
+)
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import ChatCompletionRequest
 from mlx_server.services.pipeline import openai_render
@@ -44,6 +51,7 @@ def _request(body: ChatCompletionRequest, model: str) -> GenerationRequest:
         stop=body.stop_list,
         sampling=sampling_params(body),
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        defaultable=left_out(body),
     )
     return GenerationRequest(
         model=model,

@@ -5,7 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mlx_server.api.openai_common import audit_start, finished, reject_n, sampling_params, streamed
+from mlx_server.api.openai_common import (
+    audit_start,
+    finished,
+    left_out,
+    reject_n,
+    sampling_params,
+    streamed,
+)
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import CompletionRequest
 from mlx_server.services.pipeline import openai_render
@@ -41,6 +48,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         stop=body.stop_list,
         sampling=sampling_params(body),
         top_logprobs=body.logprobs,
+        defaultable=left_out(body),
     )
     prompt = _single_prompt(body)
     events = await generate_completion(

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS, TextOnly
 from mlx_server.services.operations.lora_adapters import (
     AdapterView,
     adapter_views,
@@ -17,12 +18,16 @@ from mlx_server.services.operations.lora_adapters import (
 router = APIRouter(prefix="/admin/lora-adapters", tags=["admin"])
 
 
-class AdapterIn(BaseModel):
+class AdapterIn(TextOnly):
     model_config = ConfigDict(extra="forbid")
 
-    base_model: str = Field(description="The local text model the adapter was trained on")
-    name: str = Field(description="Requests name the adapter '<base_model>+<name>'")
-    path: str = Field(description="A directory on the server: adapter_config.json + adapters.safetensors")
+    base_model: str = Field(
+        max_length=MAX_MODEL_NAME_CHARS, description="The local text model the adapter was trained on"
+    )
+    name: str = Field(max_length=64, description="Requests name the adapter '<base_model>+<name>'")
+    path: str = Field(
+        max_length=4096, description="A directory on the server: adapter_config.json + adapters.safetensors"
+    )
 
 
 class AdapterList(BaseModel):

@@ -17,6 +17,7 @@ from mlx_server.api.audit_middleware import CLIENT_CLOSED_REQUEST, AuditDetails,
 from mlx_server.api.disconnect import until_disconnected
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
+from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS
 from mlx_server.services.pipeline.catalog import resolve_model
 from mlx_server.services.transcription.audio_input import inspect_audio
 from mlx_server.services.transcription.formats import (
@@ -38,7 +39,7 @@ from mlx_server.services.transcription.transcribe import (
 router = APIRouter(tags=["audio"])
 
 FileField = Annotated[UploadFile, File(description="The audio: wav, mp3, flac or ogg.")]
-ModelField = Annotated[str, Form()]
+ModelField = Annotated[str, Form(max_length=MAX_MODEL_NAME_CHARS)]
 FormatField = Annotated[ResponseFormat, Form()]
 PromptField = Annotated[str | None, Form(max_length=2000)]
 TemperatureField = Annotated[float | None, Form(ge=0.0, le=1.0)]

@@ -112,13 +112,15 @@ class ModelAdapter(ABC):
         *,
         tools: list[dict[str, Any]] | None = None,
         enable_thinking: bool | None = None,
+        add_generation_prompt: bool = True,
     ) -> str:
-        """Render converted messages into the prompt text, ending with the assistant's turn."""
+        """Render converted messages into the prompt text, ending with the assistant's turn
+        (unless `add_generation_prompt` is False: /tokenize may ask for the messages alone)."""
         if not self.has_chat_template:
             raise ChatTemplateError(
                 "this model has no chat template; send a plain prompt to /v1/completions instead"
             )
-        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": False}
+        kwargs: dict[str, Any] = {"add_generation_prompt": add_generation_prompt, "tokenize": False}
         if tools and self.supports_native_tools():
             kwargs["tools"] = tools
         if enable_thinking is not None and self.thinking_parser.supports_toggle:

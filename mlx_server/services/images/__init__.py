@@ -17,7 +17,7 @@ from mlx_server.services.images.decode import (
     fit_image,
     get_image_cache,
 )
-from mlx_server.services.images.fetch import FetchPolicy, fetch_image_bytes, refusal_reason, resolve_host
+from mlx_server.services.images.fetch import FetchPolicy, fetch_image_bytes
 
 __all__ = [
     "ACCEPTED_FORMATS",
@@ -30,8 +30,6 @@ __all__ = [
     "fit_image",
     "get_image_cache",
     "load_image",
-    "refusal_reason",
-    "resolve_host",
 ]
 
 

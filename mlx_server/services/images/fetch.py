@@ -11,30 +11,25 @@ total time limit (a body trickling in under the read timeout)."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import socket
 import ssl
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx2
 
 from mlx_server.config import MLXServerSettings
 from mlx_server.services.images.decode import ImageRejected
+from mlx_server.utils.addresses import (
+    AddressRefused,
+    AddressRule,
+    IPAddress,
+    IPNetwork,
+    Resolver,
+    checked_addresses,
+    parse_networks,
+    resolve_host,
+)
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-# (host, port) → the addresses a connection could go to.
-Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
-
-CLOUD_METADATA_ADDRESSES = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 _REDIRECTS = {301, 302, 303, 307, 308}
-
-
-async def resolve_host(host: str, port: int) -> list[IPAddress]:
-    """The system resolver's answers for a TCP connection."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
 
 
 @dataclass(frozen=True)
@@ -57,9 +52,7 @@ class FetchPolicy:
     def from_settings(cls, settings: MLXServerSettings) -> FetchPolicy:
         return cls(
             allow_private_addresses=settings.image_fetch_allow_private_addresses,
-            allowed_networks=tuple(
-                ipaddress.ip_network(net, strict=False) for net in settings.image_fetch_allowed_networks
-            ),
+            allowed_networks=parse_networks(settings.image_fetch_allowed_networks),
             max_bytes=settings.image_max_bytes,
             max_pixels=settings.image_max_pixels,
             connect_timeout=settings.image_fetch_connect_timeout_seconds,
@@ -67,28 +60,11 @@ class FetchPolicy:
             total_timeout=settings.image_fetch_total_timeout_seconds,
         )
 
-
-def refusal_reason(address: IPAddress, policy: FetchPolicy) -> str | None:
-    """Why a connection to this address is not allowed, or None when it is."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if any(address in network for network in policy.allowed_networks):
-        return None
-    if address in CLOUD_METADATA_ADDRESSES:
-        return "the cloud metadata address"
-    if policy.allow_private_addresses:
-        return None
-    for kind, matches in (
-        ("a loopback address", address.is_loopback),
-        ("an unspecified address", address.is_unspecified),
-        ("a link-local address", address.is_link_local),
-        ("a multicast address", address.is_multicast),
-        ("a private network address", address.is_private),
-        ("not a public address", not address.is_global),
-    ):
-        if matches:
-            return kind
-    return None
+    @property
+    def addresses(self) -> AddressRule:
+        """Public addresses only, unless private ones (link-local too) or networks are allowed."""
+        private = self.allow_private_addresses
+        return AddressRule(self.allowed_networks, allow_link_local=private, allow_private=private)
 
 
 async def fetch_image_bytes(url: str, policy: FetchPolicy) -> bytes:
@@ -137,23 +113,12 @@ def _parse(url: str) -> httpx2.URL:
 async def _checked_address(url: httpx2.URL, policy: FetchPolicy) -> IPAddress:
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        addresses = [ipaddress.ip_address(url.host)]
-    except ValueError:
-        try:
-            addresses = await policy.resolver(url.host, port)
-        except OSError as error:
-            raise ImageRejected(f"The image host {url.host} could not be resolved ({error}).") from error
-    if not addresses:
-        raise ImageRejected(f"The image host {url.host} resolves to no address.")
-    for address in addresses:
-        reason = refusal_reason(address, policy)
-        if reason is not None:
-            named = url.host != str(address)
-            where = f"host {url.host} resolves to {address}," if named else f"address {address} is"
-            raise ImageRejected(
-                f"The image URL's {where} {reason}; image URLs must point to public servers "
-                "(or send the image as a data: URL)."
-            )
+        addresses = await checked_addresses(url.host, port, policy.addresses, policy.resolver)
+    except AddressRefused as refused:
+        raise ImageRejected(
+            f"The image URL's {refused}; image URLs must point to public servers "
+            "(or send the image as a data: URL)."
+        ) from refused
     return addresses[0]
 
 

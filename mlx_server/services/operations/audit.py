@@ -1,10 +1,15 @@
-"""The audit log: one row per /v1 request, written off the response path.
+"""The audit log: one row per /v1 request, written when it arrives, completed when it ends.
 
-`record()` only puts the row on a queue; one writer thread inserts queued rows in batches
-with its own session, so a slow or locked database never delays a response. Listeners
-(`listening()`) hear about each committed batch: the dashboard's live tail. Rows older
-than the retention setting (the dashboard's override, else the environment's) are pruned
-by a scheduled job (see `mlx_server.main`).
+`begin()` queues a request's row as it arrives (in flight), `update()` its figures as they
+become known and when it ends; `record()` a row written whole. One writer thread inserts and
+updates queued rows in batches with its own session, so a slow or locked database never
+blocks a request; a row's insert and its updates that meet in one batch become one insert.
+The middleware waits (bounded) for a request's row to be committed before the response starts,
+so a crash or kill of the server leaves a row for every request it acknowledged; rows still in
+flight at the next start are marked interrupted. Listeners (`listening()`) hear about each
+committed batch: the dashboard's live tail. Rows older than the retention setting (the
+dashboard's override, else the environment's) are pruned by a scheduled job (see
+`mlx_server.main`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlmodel import Session, col, delete, func, select
+from sqlmodel import Session, col, delete, func, select, update
 
 from mlx_server.config import get_settings
 from mlx_server.database import get_engine
-from mlx_server.records import AuditLog, StoredResponse, utcnow
+from mlx_server.records import AuditLog, AuditState, StoredResponse, utcnow
 from mlx_server.services.operations.audit_search import AuditFilter
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
 
@@ -93,6 +99,46 @@ def set_audit_retention(session: Session, days: int | None) -> Retention:
     return audit_retention(session)
 
 
+# Rows in flight from before this process started were left by a server that died.
+_PROCESS_STARTED = utcnow()
+
+
+def mark_interrupted() -> int:
+    """At start: rows still in flight that an earlier process wrote belong to a server that
+    died without ending them (one server per home); they become interrupted. Returns how many."""
+    with Session(get_engine()) as session:
+        result = session.exec(
+            update(AuditLog)
+            .where(col(AuditLog.state) == AuditState.IN_FLIGHT, col(AuditLog.created_at) < _PROCESS_STARTED)
+            .values(state=AuditState.INTERRUPTED)
+        )
+        session.commit()
+    if result.rowcount:
+        logger.warning(
+            "%d audit row(s) of requests a previous run never ended marked interrupted", result.rowcount
+        )
+    return int(result.rowcount)
+
+
+@dataclass(frozen=True, slots=True)
+class _Begin:
+    """Queue item: a request's row, inserted in flight; `written` is called once it is
+    committed (or its write failed), on the writer thread."""
+
+    row: AuditLog
+    written: Callable[[], None] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Update:
+    """Queue item: fields of a row queued earlier (by `begin` or `record`); `written` as for
+    _Begin."""
+
+    row: AuditLog
+    fields: dict[str, Any]
+    written: Callable[[], None] | None
+
+
 class _Flush:
     """Queue marker: set once every row queued before it is written."""
 
@@ -109,7 +155,7 @@ class AuditService:
 
     def __init__(self) -> None:
         # One FIFO for rows and markers, so a flush marker follows every row queued before it.
-        self._queue: queue.SimpleQueue[AuditLog | _Flush | _Stop] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Item | _Flush | _Stop] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._listeners: set[Callable[[], None]] = set()
@@ -141,18 +187,34 @@ class AuditService:
                 self._thread = None
 
     def record(self, entry: AuditLog) -> None:
-        """Queue one row; never blocks on the database and never raises into the request."""
+        """Queue one whole row; never blocks on the database and never raises into the request."""
+        self._put(entry, entry)
+
+    def begin(self, row: AuditLog, written: Callable[[], None] | None = None) -> bool:
+        """Queue a request's row as it arrives (in flight); `written` is called on the writer
+        thread once it is committed or its write failed. False when it could not be queued."""
+        row.state = AuditState.IN_FLIGHT
+        return self._put(_Begin(row, written), row)
+
+    def update(
+        self, row: AuditLog, fields: dict[str, Any], written: Callable[[], None] | None = None
+    ) -> bool:
+        """Queue new values for a row queued before (its figures so far, or its end); `written`
+        as for `begin`. False when they could not be queued."""
+        return self._put(_Update(row, fields, written), row)
+
+    def _put(self, item: _Item, row: AuditLog) -> bool:
         try:
             if not self.running:
                 self.start()
             if self._queue.qsize() >= MAX_QUEUED:
-                logger.warning(
-                    "audit queue full (%d rows); dropped the row for %s", MAX_QUEUED, entry.endpoint
-                )
-                return
-            self._queue.put(entry)
+                logger.warning("audit queue full (%d rows); dropped a row of %s", MAX_QUEUED, row.endpoint)
+                return False
+            self._queue.put(item)
         except Exception:  # the audit log must never fail a request
-            logger.exception("could not queue the audit row for %s", entry.endpoint)
+            logger.exception("could not queue the audit row for %s", row.endpoint)
+            return False
+        return True
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Block until every row queued before this call is written; False on timeout."""
@@ -239,9 +301,9 @@ class AuditService:
             if stop:
                 return
 
-    def _next_batch(self) -> tuple[list[AuditLog], list[_Flush], bool]:
+    def _next_batch(self) -> tuple[list[_Item], list[_Flush], bool]:
         """Wait for one item, then take what else is queued, up to one batch of rows."""
-        rows: list[AuditLog] = []
+        rows: list[_Item] = []
         flushes: list[_Flush] = []
         item = self._queue.get()
         while True:
@@ -258,16 +320,40 @@ class AuditService:
             except queue.Empty:
                 return rows, flushes, False
 
-    def _write(self, rows: list[AuditLog]) -> None:
+    def _write(self, items: list[_Item]) -> None:
+        inserts: dict[int, AuditLog] = {}  # by identity: a row's updates in this batch merge in
+        updates: list[_Update] = []
+        written: list[Callable[[], None]] = []
+        for item in items:
+            if isinstance(item, (_Begin, _Update)) and item.written is not None:
+                written.append(item.written)
+            if isinstance(item, _Update):
+                if id(item.row) in inserts or item.row.id is None:  # unwritten: insert it whole
+                    inserts.setdefault(id(item.row), item.row).sqlmodel_update(item.fields)
+                else:
+                    updates.append(item)
+                continue
+            row = item.row if isinstance(item, _Begin) else item
+            inserts[id(row)] = row
         try:
             # The engine of the current settings' database; not expiring keeps callers' rows readable.
             with Session(get_engine(), expire_on_commit=False) as session:
-                session.add_all(rows)
+                session.add_all(inserts.values())
+                for change in updates:
+                    session.exec(
+                        update(AuditLog).where(col(AuditLog.id) == change.row.id).values(**change.fields)
+                    )
                 session.commit()
         except Exception:
-            logger.exception("could not write %d audit row(s); they are lost", len(rows))
-            return
-        self._notify()
+            logger.exception("could not write %d audit row(s); they are lost", len(inserts) + len(updates))
+        else:
+            self._notify()
+        finally:
+            for callback in written:
+                try:
+                    callback()
+                except Exception:  # e.g. its event loop closed meanwhile; the writer goes on
+                    logger.debug("an audit row's written callback failed", exc_info=True)
 
     def _notify(self) -> None:
         with self._listeners_lock:
@@ -278,6 +364,8 @@ class AuditService:
             except Exception:  # one broken listener must not stop the writer
                 logger.exception("an audit listener failed")
 
+
+_Item = AuditLog | _Begin | _Update
 
 audit_service = AuditService()
 

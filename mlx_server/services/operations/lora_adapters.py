@@ -89,7 +89,12 @@ async def register_adapter(base_model_id: str, name: str, path: str) -> AdapterV
             f"{base_model_id!r} is a {spec.model_type} model; LoRA adapters apply to text models.",
             param="base_model",
         )
-    directory = Path(path).expanduser().resolve()
+    try:
+        directory = Path(path).expanduser().resolve()
+    except RuntimeError:  # "~name" of a user this machine does not have
+        raise APIError(
+            400, f"No home directory for {path.split('/')[0]!r}; give a full path.", param="path"
+        ) from None
     read_adapter_config(directory)  # the files and config, before any model is touched
     await run_on_metal_thread(partial(check_adapter, spec.path, directory))
     adapter = LoraAdapter(

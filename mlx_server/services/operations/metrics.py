@@ -10,7 +10,9 @@ prompt-cache figures and the remote backends' circuit breakers are read when scr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
+from fnmatch import fnmatchcase
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -19,9 +21,9 @@ from sqlmodel import Session
 
 from mlx_server.database import get_engine
 from mlx_server.models.pool import get_model_pool
-from mlx_server.records import AuditLog
+from mlx_server.records import AuditLog, LoraAdapter, ModelRecord
 from mlx_server.services.pipeline.generation import admission
-from mlx_server.services.remote.backends import list_backends
+from mlx_server.services.remote.backends import list_backends, list_rules
 from mlx_server.services.remote.breaker import BreakerState, breaker
 
 PREFIX = "mlx_server"
@@ -29,6 +31,44 @@ PREFIX = "mlx_server"
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 NO_MODEL = ""  # the label of requests that named no model (GET /v1/models, refusals)
+# The label of a model that is neither registered nor matched by a routing rule: names a client
+# makes up must not each make a series (a label value lives as long as the process).
+UNKNOWN_MODEL = "unknown"
+LABEL_TTL_S = 5.0  # how long a name's label is reused before the database is asked again
+MAX_CACHED_LABELS = 1024
+
+
+def _model_label(session: Session, model: str) -> str:
+    """`model` if it is registered (a local model, a LoRA adapter, a remote `backend/model`),
+    else the pattern of the routing rule that takes it, else UNKNOWN_MODEL."""
+    if session.get(ModelRecord, model) is not None or session.get(LoraAdapter, model) is not None:
+        return model
+    if any(f"{b.name}/{m}" == model for b in list_backends(session) for m in b.models):
+        return model
+    rule = next((r for r in list_rules(session) if fnmatchcase(model, r.pattern)), None)
+    return rule.pattern if rule is not None else UNKNOWN_MODEL
+
+
+class ModelLabels:
+    """The `model` label of counted requests (`_model_label`), each name's decision reused for
+    LABEL_TTL_S so a known model costs a dictionary lookup, not a query."""
+
+    def __init__(self) -> None:
+        self._labels: dict[str, tuple[str, float]] = {}
+
+    def __call__(self, model: str | None) -> str:
+        if not model:
+            return NO_MODEL
+        now = time.monotonic()
+        cached = self._labels.get(model)
+        if cached is not None and now - cached[1] < LABEL_TTL_S:
+            return cached[0]
+        with Session(get_engine()) as session:
+            label = _model_label(session, model)
+        if len(self._labels) >= MAX_CACHED_LABELS:
+            self._labels.clear()
+        self._labels[model] = (label, now)
+        return label
 
 
 class _StateCollector(Collector):
@@ -134,11 +174,13 @@ class ServerMetrics:
         registry.register(_StateCollector())
         for collector in extra_collectors:
             registry.register(collector)
+        self.model_label = ModelLabels()
 
     def observe(self, row: AuditLog, endpoint: str) -> None:
         """Count one finished request; `endpoint` is its route ("POST /v1/models/{model_id}"),
-        so ids in paths do not make a series each."""
-        model = row.model or NO_MODEL
+        so ids in paths do not make a series each, and its model a registered one's id, a
+        routing rule's pattern or "unknown"."""
+        model = self.model_label(row.model)
         self.requests.labels(endpoint, model, str(row.status)).inc()
         if row.prompt_tokens:
             self.prompt_tokens.labels(model).inc(row.prompt_tokens)
@@ -146,7 +188,8 @@ class ServerMetrics:
             self.completion_tokens.labels(model).inc(row.completion_tokens)
         if row.ttft_ms is not None:
             self.ttft.labels(model).observe(row.ttft_ms / 1000)
-        self.latency.labels(endpoint).observe(row.latency_ms / 1000)
+        if row.latency_ms is not None:
+            self.latency.labels(endpoint).observe(row.latency_ms / 1000)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

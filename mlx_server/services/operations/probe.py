@@ -31,6 +31,7 @@ from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.records import ModelCapabilities
 from mlx_server.services.operations.probe_audio import probe_audio_model
 from mlx_server.services.operations.probe_embeddings import probe_embedding_model
+from mlx_server.services.operations.probe_rerank import probe_rerank_model
 from mlx_server.services.operations.probe_vision import check_images
 from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
 from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
@@ -158,6 +159,8 @@ async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
         outcome.detail = f"type {model_type}, family {family}"
     if model_type is ModelType.EMBEDDINGS:
         return await probe_embedding_model(model_id, family, steps, _unload)
+    if model_type is ModelType.RERANK:
+        return await probe_rerank_model(model_id, family, steps, _unload)
     if model_type in _AUDIO_TYPES:
         return await probe_audio_model(model_id, model_type, family, steps, _unload)
     pool = get_model_pool()
@@ -224,7 +227,7 @@ async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: _
             loaded.config, budget_bytes=budget_bytes, weights_bytes=loaded.size_bytes, dtype_bytes=dtype_bytes
         )
         per_token = kv_bytes_per_token(loaded.config, dtype_bytes)
-        outcome.detail = f"{practical} tokens (context {loaded.context_length}"
+        outcome.detail = f"{practical} tokens (context {loaded.trained_context_length}"
         if per_token:
             free = max(0, budget_bytes - loaded.size_bytes)
             outcome.detail += f"; {per_token} KV bytes per token, {free / GB:.2f} GB beside the weights"

@@ -12,6 +12,7 @@ from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
+    Notice,
     ReasoningDelta,
     Reply,
     TextDelta,
@@ -100,11 +101,14 @@ async def events(
     blocks = _Blocks()
     finish: Finish | None = None
     figures: Usage | None = None
+    notices: list[str] = []
     async for event in stream:
         if isinstance(event, Finish):
             finish = event
         elif isinstance(event, Usage):
             figures = event
+        elif isinstance(event, Notice):
+            notices.append(event.message)
         else:
             for block_event in blocks.render(event):
                 yield block_event
@@ -112,7 +116,10 @@ async def events(
         yield block_event
     stop_reason, stop_sequence = stop_reason_of(finish)
     delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-    yield "message_delta", {"type": "message_delta", "delta": delta, "usage": usage(figures)}
+    message_delta: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage(figures)}
+    if notices:  # as the whole message's `warnings` (not Anthropic's; SDKs ignore it)
+        message_delta["warnings"] = notices
+    yield "message_delta", message_delta
     yield "message_stop", {"type": "message_stop"}
 
 

@@ -35,6 +35,10 @@ def forced_tool(tool_choice: ToolChoice) -> str | None:
     return None
 
 
+def rejected_calls_notice(count: int) -> str:
+    return "A tool call was rejected" if count == 1 else f"{count} tool calls were rejected"
+
+
 class ChatTurn:
     """Per-request state between the generated text and the events: the StreamingProcessor
     splits the text, the ToolCallChecker admits calls, and the turn keeps what the end of the
@@ -49,6 +53,7 @@ class ChatTurn:
         tool_choice: ToolChoice,
         output_format: OutputFormat | None = None,
         constrained_calls: bool = False,
+        rejected_calls_as_content: bool = True,
     ) -> None:
         self._processor = StreamingProcessor(
             adapter.tool_parser,
@@ -61,15 +66,22 @@ class ChatTurn:
         self._no_tools = not tools or tool_choice == "none"
         self._tool_parser = adapter.tool_parser
         self._constrained_calls = constrained_calls
+        # A call the checker refuses is the model's text after all: returned as content (what
+        # vLLM does when parsing fails), so a reply never ends empty without a word. The
+        # playground's loop feeds the refusal back to the model instead (chat_runner.py).
+        self._rejected_as_content = rejected_calls_as_content
         self._tool_choice = tool_choice
         self._output_format = output_format
         self._pending: list[TokenLogprob] = []
         self._text: list[str] = []
+        self._raw = ""  # everything the model wrote, markup included
+        self._reasoned = False
         self.calls: list[ToolCall] = []
 
     def feed(self, text: str, logprobs: list[TokenLogprob]) -> list[GenerationEvent]:
         """The events one piece of generated text completes."""
         self._pending.extend(logprobs)
+        self._raw += text
         return self._events(self._processor.feed(text))
 
     def finish(self, generation_reason: FinishReason | None) -> list[GenerationEvent]:
@@ -98,6 +110,7 @@ class ChatTurn:
                 self._text.append(part.text)
                 events.append(TextDelta(part.text, tuple(self._take_logprobs())))
             else:
+                self._reasoned = self._reasoned or bool(part.text.strip())
                 events.append(ReasoningDelta(part.text))
         return events
 
@@ -115,7 +128,13 @@ class ChatTurn:
         rejected_before = len(self._checker.rejected_calls)
         checked = self._checker.check(call)
         if checked is None:
-            return [ToolCallRejected(c, why) for c, why in self._checker.rejected_calls[rejected_before:]]
+            rejected = self._checker.rejected_calls[rejected_before:]
+            events: list[GenerationEvent] = [ToolCallRejected(c, why) for c, why in rejected]
+            if rejected and self._rejected_as_content:
+                text = self._tool_parser.render_calls([call])
+                self._text.append(text)
+                events.append(TextDelta(text, tuple(self._take_logprobs())))
+            return events
         index = len(self.calls)
         self.calls.append(checked)
         return [
@@ -125,18 +144,29 @@ class ChatTurn:
         ]
 
     def _notices(self, generation_reason: FinishReason | None) -> list[str]:
-        """What the client asked for but the model did not do (never papered over with a fake call)."""
+        """What the client asked for but the model did not do (never papered over with a fake
+        call), and why a reply is empty when it is: never silently."""
         required = self._tool_choice == "required" or forced_tool(self._tool_choice) is not None
+        rejected = self._checker.rejected
+        text = "".join(self._text).strip()
         if required and not self.calls:
-            reasons = "; ".join(self._checker.rejected) or "the reply contains no tool call"
+            reasons = "; ".join(rejected) or "the reply contains no tool call"
             return [f"tool_choice required a tool call, but the model made none ({reasons})"]
+        notices = []
+        if rejected:
+            where = "returned as content" if self._rejected_as_content else "not returned"
+            reasons = "; ".join(rejected)
+            notices.append(f"{rejected_calls_notice(len(rejected))}: {reasons} (its text is {where})")
+        elif not text and not self.calls and not self._reasoned and self._raw.strip():
+            written = self._raw[:200]
+            notices.append(f"The reply has no text and no tool call: the model wrote only {written!r}")
         if self._output_format is not None and not self.calls:
-            problem = output_problem("".join(self._text).strip(), self._output_format)
+            problem = output_problem(text, self._output_format)
             if problem is not None:
                 cause = (
                     "max_tokens ran out first; raise it"
                     if generation_reason == "length"
                     else "please report this"
                 )
-                return [f"{problem} ({cause})"]
-        return []
+                notices.append(f"{problem} ({cause})")
+        return notices

@@ -7,15 +7,18 @@ from dataclasses import replace
 
 from mlx_server.errors import APIError
 from mlx_server.models.loaders import LoadedModel
+from mlx_server.services.operations.generation_defaults import default_max_tokens
+from mlx_server.services.operations.model_defaults import current_defaults
 from mlx_server.services.pipeline.events import Finish, GenerationEvent, TextDelta
 from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText, generate_text
 from mlx_server.services.pipeline.inference import (
     EventStream,
-    check_logit_bias,
+    check_sampling,
     encode,
     max_tokens_for,
     open_model,
 )
+from mlx_server.services.pipeline.model_defaults import with_model_defaults
 from mlx_server.services.pipeline.request import GenerationRequest
 
 
@@ -26,16 +29,17 @@ async def generate_completion(
     the generated text, finish and usage."""
     assert request.prompt is not None, "a completion request"
     stats = stats if stats is not None else CompletionStats()
-    params = replace(request.params, continuation=True)
     prompt = request.prompt
     loaded, release = await open_model(request.model)
     try:
+        params = replace(with_model_defaults(request, current_defaults(loaded)).params, continuation=True)
         tokens = encode(loaded, prompt) if isinstance(prompt, str) else prompt
         if not tokens:
             raise APIError(400, "The prompt is empty.", param="prompt")
         _check_token_ids(loaded, tokens)
+        tokens = _fitting(loaded, tokens, params.max_tokens)
         max_tokens = max_tokens_for(loaded, len(tokens), params.max_tokens, "prompt")
-        check_logit_bias(loaded, params)
+        check_sampling(loaded, params)
         echoed = (
             (prompt if isinstance(prompt, str) else loaded.tokenizer.decode(tokens)) if request.echo else ""
         )
@@ -44,6 +48,16 @@ async def generate_completion(
         raise
     pieces = generate_text(loaded, tokens, params, max_tokens, stats)
     return EventStream(_completion_events(pieces, echoed, stats), release)
+
+
+def _fitting(loaded: LoadedModel, tokens: list[int], requested: int | None) -> list[int]:
+    """A model set to truncate keeps the end of a prompt too long for its context, with room for
+    the reply (max_tokens, at most half the context)."""
+    context = loaded.context_length
+    if not loaded.defaults.truncates or context is None:
+        return tokens
+    keep = context - min(requested or default_max_tokens(), context // 2)
+    return tokens[-keep:] if len(tokens) > keep else tokens
 
 
 def _check_token_ids(loaded: LoadedModel, tokens: list[int]) -> None:

@@ -25,7 +25,14 @@ from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.pipeline.batching import batched_steps, can_batch
 from mlx_server.services.pipeline.constraints import GrammarProcessor
-from mlx_server.services.pipeline.events import FinishReason, TokenLogprob, Usage
+from mlx_server.services.pipeline.events import (
+    FinishReason,
+    GenerationEvent,
+    Notice,
+    TokenLogprob,
+    ToolCallRejected,
+    Usage,
+)
 from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
 from mlx_server.services.pipeline.sequence import BatchedSequence
 from mlx_server.services.pipeline.speculative import (
@@ -58,6 +65,9 @@ class GenerationParams:
     # max_tokens as an upper bound (Anthropic clients must send one and send their cloud
     # model's maximum): beyond the context it is lowered to what fits instead of rejected.
     max_tokens_is_ceiling: bool = False
+    # The sampling fields (SamplingParams names) the client left out, which the model's defaults
+    # fill (pipeline/model_defaults.py); empty for callers that set their own (probe, benchmarks).
+    defaultable: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -81,6 +91,17 @@ class CompletionStats:
     draft_tokens: int = 0
     # The remote backend that generated (services/remote); None when a local model did.
     backend: str | None = None
+    # Why tool calls the model wrote were rejected, and the reply's notices (the audit row's
+    # warnings; a non-streamed reply's x-tool-calls-rejected header).
+    rejected_calls: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+    def note(self, event: GenerationEvent) -> None:
+        """Keep what the audit row needs of an event (rejected calls, notices)."""
+        if isinstance(event, ToolCallRejected):
+            self.rejected_calls.append(event.reason)
+        elif isinstance(event, Notice):
+            self.notices.append(event.message)
 
     @property
     def draft_acceptance_rate(self) -> float | None:

@@ -24,6 +24,7 @@ from mlx_server.models.pool import get_model_pool
 from mlx_server.observability import GenerationSpan, traced_pipeline
 from mlx_server.services.leased_stream import LeasedStream
 from mlx_server.services.operations.generation_defaults import default_max_tokens
+from mlx_server.services.operations.model_defaults import current_defaults
 from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
 from mlx_server.services.pipeline.constraints import (
     GrammarProcessor,
@@ -40,6 +41,7 @@ from mlx_server.services.pipeline.generation import (
     admission,
     generate_text,
 )
+from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.pipeline.vision import VisionInputs, request_images, vision_inputs
 from mlx_server.services.remote.routing import route_chat
@@ -87,7 +89,10 @@ def encode(loaded: LoadedModel, text: str) -> list[int]:
 
 
 def _chat_prompt(
-    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+    loaded: LoadedModel,
+    request: GenerationRequest,
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool = True,
 ) -> tuple[str, list[int]]:
     """The prompt text through the model's chat template, and its tokens."""
     assert request.messages is not None, "a chat request"
@@ -100,7 +105,12 @@ def _chat_prompt(
             tools = None
         if instruction is not None:
             converted = adapter.add_system_text(converted, instruction)
-        text = adapter.apply_chat_template(converted, tools=tools, enable_thinking=request.enable_thinking)
+        text = adapter.apply_chat_template(
+            converted,
+            tools=tools,
+            enable_thinking=request.enable_thinking,
+            add_generation_prompt=add_generation_prompt,
+        )
     except ChatTemplateError as exc:
         raise APIError(400, str(exc), param="messages") from exc
     logger.debug("prompt for %s:\n%s", loaded.model_id, text)
@@ -108,16 +118,36 @@ def _chat_prompt(
 
 
 async def _prompt(
-    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+    loaded: LoadedModel,
+    request: GenerationRequest,
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool = True,
 ) -> tuple[str, list[int], VisionInputs | None]:
     """The prompt text and tokens; for a vision model also its images, processed with the
     prompt (its tokens then count each image's tokens)."""
     images = await request_images(loaded, request.images)
-    text, tokens = _chat_prompt(loaded, request, tools)
+    text, tokens = _chat_prompt(loaded, request, tools, add_generation_prompt)
     if loaded.model_type is not ModelType.VISION:
         return text, tokens, None
     vision = await vision_inputs(loaded, text, images)
     return text, vision.input_ids, vision
+
+
+async def _fitting_prompt(
+    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+) -> tuple[str, list[int], VisionInputs | None]:
+    """The prompt; a model set to truncate (its context_overflow default) drops the oldest
+    messages until the prompt leaves room for the reply: max_tokens, at most half the context."""
+    text, tokens, vision = await _prompt(loaded, request, tools)
+    context = loaded.context_length
+    if not loaded.defaults.truncates or context is None or request.messages is None:
+        return text, tokens, vision
+    reserve = min(request.params.max_tokens or default_max_tokens(), context // 2)
+    messages = request.messages
+    while len(tokens) + reserve > context and (shorter := without_oldest_turn(messages)) is not None:
+        messages = shorter
+        text, tokens, vision = await _prompt(loaded, replace(request, messages=messages), tools)
+    return text, tokens, vision
 
 
 def max_tokens_for(
@@ -135,11 +165,12 @@ def max_tokens_for(
     if context is None:
         return requested or default
     room = context - prompt_tokens
+    limit = " (its context_length default)" if loaded.defaults.context_length else ""
     if room <= 0:
         raise APIError(
             400,
             f"The prompt is {prompt_tokens} tokens, but {loaded.model_id!r} has a context of {context} "
-            "tokens; shorten the prompt.",
+            f"tokens{limit}; shorten the prompt.",
             param=prompt_param,
             code="context_length_exceeded",
         )
@@ -151,14 +182,15 @@ def max_tokens_for(
         raise APIError(
             400,
             f"The prompt ({prompt_tokens} tokens) plus max_tokens ({requested}) exceeds the context of "
-            f"{context} tokens; set max_tokens to at most {room}.",
+            f"{context} tokens{limit}; set max_tokens to at most {room}.",
             param="max_tokens",
             code="context_length_exceeded",
         )
     return requested
 
 
-def check_logit_bias(loaded: LoadedModel, params: GenerationParams) -> None:
+def check_sampling(loaded: LoadedModel, params: GenerationParams) -> None:
+    """What only the model can bound: logit_bias token ids and top_k, within its vocabulary."""
     vocab = loaded.chat.vocabulary_size
     bad = [t for t in params.sampling.logit_bias or {} if not 0 <= t < vocab]
     if bad:
@@ -166,6 +198,13 @@ def check_logit_bias(loaded: LoadedModel, params: GenerationParams) -> None:
             400,
             f"logit_bias names token ids outside the vocabulary (0..{vocab - 1}): {bad[:5]}",
             param="logit_bias",
+        )
+    if params.sampling.top_k > vocab:
+        raise APIError(
+            400,
+            f"top_k is {params.sampling.top_k}, but {loaded.model_id!r} has a vocabulary of {vocab} "
+            f"tokens; use at most {vocab} (or 0 for no top-k filter).",
+            param="top_k",
         )
 
 
@@ -216,7 +255,8 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        prompt_text, prompt, vision = await _prompt(loaded, request, shown_tools)
+        request = with_model_defaults(request, current_defaults(loaded))
+        prompt_text, prompt, vision = await _fitting_prompt(loaded, request, shown_tools)
         max_tokens = max_tokens_for(
             loaded,
             len(prompt),
@@ -225,7 +265,7 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
             ceiling=request.params.max_tokens_is_ceiling,
         )
         stats.prompt_tokens = len(prompt)  # known before the first event (Anthropic's message_start)
-        check_logit_bias(loaded, request.params)
+        check_sampling(loaded, request.params)
         constraint, constrained_calls = await _constraint(loaded, request, shown_tools, max_tokens)
     except BaseException:
         release()
@@ -237,6 +277,7 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
         tool_choice=request.tool_choice,
         output_format=request.output_format,
         constrained_calls=constrained_calls,
+        rejected_calls_as_content=request.rejected_calls_as_content,
     )
     params = _under_grammar(request.params) if constraint is not None else request.params
     pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint, vision)
@@ -251,6 +292,7 @@ async def _chat_events(
     try:
         async for piece in pieces:
             for event in turn.feed(piece.text, piece.logprobs):
+                stats.note(event)
                 yield event
             reason = piece.finish_reason or reason
             if turn.done:
@@ -258,6 +300,7 @@ async def _chat_events(
     finally:
         await pieces.aclose()
     for event in turn.finish(reason):
+        stats.note(event)
         yield event
     finish = turn.finish_reason(reason)
     yield Finish(finish, stats.stop_sequence if finish == "stop" else None)
@@ -277,10 +320,20 @@ def _under_grammar(params: GenerationParams) -> GenerationParams:
 
 async def count_chat_tokens(request: GenerationRequest) -> int:
     """Prompt tokens the same request would use: the real chat template and tokenizer."""
+    return len((await chat_prompt_tokens(request))[0])
+
+
+async def chat_prompt_tokens(
+    request: GenerationRequest, *, add_generation_prompt: bool = True
+) -> tuple[list[int], int | None]:
+    """The prompt tokens the same request would generate from (the real chat template and
+    tokenizer, tools and images included), and the model's context length."""
     shown_tools = _request_tools(request.tools, request.tool_choice)
     loaded, release = await open_model(request.model)
     try:
-        return len((await _prompt(loaded, request, shown_tools))[1])
+        with_defaults = with_model_defaults(request, current_defaults(loaded))
+        tokens = (await _prompt(loaded, with_defaults, shown_tools, add_generation_prompt))[1]
+        return tokens, loaded.context_length
     finally:
         release()
 

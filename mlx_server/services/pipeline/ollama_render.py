@@ -11,6 +11,7 @@ request's arrival until generation could start (model lease, prompt and grammar)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterable, AsyncIterator
@@ -19,9 +20,11 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from mlx_server.schemas.openai import ToolCall
+from mlx_server.services.operations.model_pulls import PullProgress
 from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
+    Notice,
     ReasoningDelta,
     Reply,
     TextDelta,
@@ -109,6 +112,7 @@ async def chunks(
 ) -> AsyncIterator[dict[str, Any]]:
     """The NDJSON objects of a streamed reply, the figures in the last."""
     finish: Finish | None = None
+    notices: list[str] = []
     async for event in events:
         match event:
             case TextDelta(text=text) if text:
@@ -117,10 +121,14 @@ async def chunks(
                 yield {**_piece(kind, model, thinking=text), "done": False}
             case ToolCallDone(call=call) if kind == "chat":
                 yield {**_piece(kind, model, tool_calls=[tool_call(call)]), "done": False}
+            case Notice(message=message):
+                notices.append(message)
             case Finish():
                 finish = event
     last = _piece(kind, model)
     last.update(done=True, done_reason=done_reason(finish), **clock.figures(stats))
+    if notices:
+        last["warnings"] = notices  # as in a whole reply
     yield last
 
 
@@ -140,3 +148,24 @@ def embeddings(
         "load_duration": nanoseconds((clock.ready or now) - clock.started),
         "prompt_eval_count": prompt_tokens,
     }
+
+
+def pull_digest(repo_id: str) -> str:
+    """A stable digest for a repo's one "layer" (Ollama's progress names a layer by digest)."""
+    return "sha256:" + hashlib.sha256(repo_id.encode()).hexdigest()
+
+
+def pull_lines(progress: PullProgress, repo_id: str) -> list[dict[str, Any]]:
+    """The objects one download update becomes, as Ollama's /api/pull streams them: the layer's
+    bytes while it runs; digest check, manifest and success once the model is registered; an
+    error object when the download failed or was cancelled."""
+    if progress.error is not None or progress.status in ("failed", "cancelled"):
+        return [{"error": progress.error or f"The download of {repo_id} was {progress.status}."}]
+    digest = pull_digest(repo_id)
+    layer: dict[str, Any] = {"status": f"pulling {digest[7:19]}", "digest": digest}
+    if progress.bytes_total is not None:
+        layer.update(total=progress.bytes_total, completed=progress.bytes_done)
+    if progress.status != "completed":
+        return [layer]
+    done = [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+    return [layer, *done] if progress.bytes_total else done  # the layer at 100 %, unless none ran

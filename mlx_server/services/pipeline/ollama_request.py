@@ -19,6 +19,7 @@ from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.store import get_model
 from mlx_server.schemas.ollama import (
+    RANDOM_SEED,
     OllamaChatRequest,
     OllamaGenerateRequest,
     OllamaMessage,
@@ -55,6 +56,16 @@ def ollama_model(name: str) -> str:
     )
 
 
+# SamplingParams field -> the Ollama option that sets it.
+_OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "repetition_penalty": "repeat_penalty",
+}
+
+
 def generation_params(options: OllamaOptions | None) -> GenerationParams:
     o = options or OllamaOptions()
     if o.num_predict == 0:
@@ -71,10 +82,14 @@ def generation_params(options: OllamaOptions | None) -> GenerationParams:
         repetition_penalty=o.repeat_penalty,
         presence_penalty=o.presence_penalty or 0.0,
         frequency_penalty=o.frequency_penalty or 0.0,
-        seed=o.seed,
+        seed=None if o.seed == RANDOM_SEED else o.seed,
     )
     max_tokens = o.num_predict if o.num_predict is not None and o.num_predict > 0 else None
-    return GenerationParams(max_tokens=max_tokens, stop=list(o.stop or []), sampling=sampling)
+    # Options the client left out: the model's defaults first, Ollama's own above otherwise.
+    unset = frozenset(name for name, option in _OPTIONS.items() if getattr(o, option) is None)
+    return GenerationParams(
+        max_tokens=max_tokens, stop=list(o.stop or []), sampling=sampling, defaultable=unset
+    )
 
 
 def output_format(value: OutputFormatField) -> OutputFormat | None:

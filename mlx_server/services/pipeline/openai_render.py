@@ -11,6 +11,7 @@ from typing import Any
 from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
+    Notice,
     ReasoningDelta,
     Reply,
     TextDelta,
@@ -133,12 +134,18 @@ async def chat_chunks(
     reason in its own chunk, and the usage chunk (`choices: []`) last when asked for."""
     chunks = ChunkFactory(model, chat=True, include_usage=include_usage)
     yield chunks.chunk(_delta({"role": "assistant", "content": ""}))
+    notices: list[str] = []
     async for event in events:
         if isinstance(event, Usage):
             if include_usage:
                 yield chunks.usage_chunk(event)
+        elif isinstance(event, Notice):
+            notices.append(event.message)
         elif (choice := _chat_choice(event)) is not None:
-            yield chunks.chunk(choice)
+            chunk = chunks.chunk(choice)
+            if isinstance(event, Finish) and notices:
+                chunk["warnings"] = notices  # the finish chunk, as a whole reply's `warnings`
+            yield chunk
 
 
 async def text_chunks(

@@ -25,6 +25,7 @@ from mlx_server.schemas.anthropic import (
     ToolUseBlock,
 )
 from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.pipeline.sampling import SamplingParams
 
@@ -81,6 +82,7 @@ class ProtocolTranslator:
                 top_p=request.top_p if request.top_p is not None else 1.0,
                 top_k=request.top_k or 0,
             ),
+            defaultable=DEFAULTABLE_SAMPLING - request.model_fields_set,
         )
 
 

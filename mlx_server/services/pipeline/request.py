@@ -63,6 +63,9 @@ class GenerationRequest:
     parallel_tool_calls: bool = True
     output_format: OutputFormat | None = None
     enable_thinking: bool | None = None
+    # A tool call the checker rejects comes back as the model's text (content); the playground,
+    # whose loop feeds the rejection back to the model as the call's result, turns it off.
+    rejected_calls_as_content: bool = True
 
     # The images of `messages`, in order (filled from them; a vision model reads them).
     images: tuple[ImagePart, ...] = field(init=False, default=())

@@ -30,6 +30,7 @@ from mlx_server.schemas.responses import (
     TextConfig,
 )
 from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.pipeline.responses_render import new_item_id
 from mlx_server.services.pipeline.sampling import SamplingParams
@@ -69,6 +70,7 @@ def responses_to_internal(
         params=GenerationParams(
             max_tokens=body.max_output_tokens,
             sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p),
+            defaultable=DEFAULTABLE_SAMPLING - body.model_fields_set,
         ),
         messages=system + _messages(history, items),
         tools=tools,

@@ -15,15 +15,25 @@ import httpx
 from pydantic import BaseModel, Field, field_validator
 from sqlmodel import Session, col, select
 
+from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend, RoutingRule, utcnow
+from mlx_server.schemas.limits import TextOnly
 from mlx_server.services.remote.breaker import breaker, forget_breaker
+from mlx_server.utils.addresses import (
+    AddressRefused,
+    AddressRule,
+    Resolver,
+    checked_addresses,
+    parse_networks,
+    resolve_host,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
-class BackendIn(BaseModel):
+class BackendIn(TextOnly):
     """A backend as the admin API and the Backends page give it; an absent api_key keeps the
     stored one, an empty one clears it."""
 
@@ -50,7 +60,7 @@ class Target(BaseModel):
     model: str = Field(min_length=1, max_length=255)
 
 
-class RuleIn(BaseModel):
+class RuleIn(TextOnly):
     pattern: str = Field(min_length=1, max_length=255, description="A model id or glob, e.g. 'gpt-*'")
     targets: list[Target] = Field(min_length=1)
     # Rules are tried in ascending position; bounded so it fits SQLite's 64-bit INTEGER.
@@ -76,8 +86,28 @@ def get_backend(session: Session, name: str) -> RemoteBackend:
     return backend
 
 
-def save_backend(session: Session, given: BackendIn) -> RemoteBackend:
-    """Create the backend, or change the one of that name."""
+async def check_address(base_url: str, resolver: Resolver = resolve_host) -> None:
+    """Refuse a backend URL whose host is, or resolves to, a link-local address (169.254.0.0/16,
+    fe80::/10, the cloud metadata address; IPv4-mapped forms included) unless
+    MLX_SERVER_REMOTE_ALLOWED_NETWORKS lists its network: a server on this machine or the LAN
+    is what backends are for, the metadata service of the cloud machine it runs on is not."""
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    rule = AddressRule(parse_networks(get_settings().remote_allowed_networks), allow_private=True)
+    try:
+        await checked_addresses(parts.hostname or "", port, rule, resolver)
+    except AddressRefused as refused:
+        raise APIError(
+            400,
+            f"The backend URL's {refused}; remote backends may not be link-local (cloud metadata "
+            "services live there) unless MLX_SERVER_REMOTE_ALLOWED_NETWORKS lists the network.",
+            param="base_url",
+        ) from None
+
+
+async def save_backend(session: Session, given: BackendIn) -> RemoteBackend:
+    """Create the backend, or change the one of that name (its URL checked: `check_address`)."""
+    await check_address(given.base_url)
     backend = session.exec(select(RemoteBackend).where(RemoteBackend.name == given.name)).first()
     values = given.model_dump(exclude_unset=True, exclude={"api_key"})
     if backend is None:
@@ -120,6 +150,7 @@ async def refresh_models(session: Session, name: str) -> RemoteBackend:
     """Ask the backend which models it serves (its /models) and store the ids; a backend that
     cannot be reached is a 502 saying why, and counts as a failure for its breaker."""
     backend = get_backend(session, name)
+    await check_address(backend.base_url)  # its name may resolve elsewhere by now
     try:
         async with httpx.AsyncClient(timeout=timeouts(backend)) as client:
             response = await client.get(models_url(backend), headers=auth_headers(backend))

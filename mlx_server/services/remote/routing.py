@@ -31,7 +31,14 @@ from mlx_server.services.pipeline.events import GenerationEvent
 from mlx_server.services.pipeline.generation import CompletionStats
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.remote.anthropic_upstream import anthropic_events, messages_body
-from mlx_server.services.remote.backends import Target, auth_headers, list_backends, route_targets, timeouts
+from mlx_server.services.remote.backends import (
+    Target,
+    auth_headers,
+    check_address,
+    list_backends,
+    route_targets,
+    timeouts,
+)
 from mlx_server.services.remote.breaker import CircuitBreaker, breaker
 from mlx_server.services.remote.openai_upstream import chat_body, openai_events
 from mlx_server.services.remote.progress import UpstreamError, UpstreamProgress
@@ -120,6 +127,10 @@ async def _open(
     """Send the request and wait for its first event; any failure so far is an UpstreamError
     (or the upstream's own 4xx, passed on as an APIError)."""
     progress = UpstreamProgress(backend.name, stats)
+    try:
+        await check_address(backend.base_url)  # what its name resolves to now
+    except APIError as refused:
+        raise progress.upstream_error(refused.message) from None
     exits = AsyncExitStack()
     url, body = _request_of(backend, model, request)
     try:

@@ -199,6 +199,12 @@ def test_hub_refuses_bad_values_and_stores_none_of_the_form(page: TestClient) ->
         assert get_setting(session, HUB_TOKEN) is None and get_setting(session, AUTO_PROBE) is True
 
 
+def test_a_cache_dir_in_the_home_of_no_such_user_is_a_400_not_a_500(page: TestClient) -> None:
+    # Found by schemathesis: Path("~name").expanduser() raises when no user has that name.
+    response = page.post("/settings/hub", data={"cache_dir": "~no-such-user-31/hf"}, headers=HTMX)
+    assert response.status_code == 400 and "The hub cache must be an absolute path" in response.text
+
+
 def test_the_token_is_never_rendered_in_full(page: TestClient) -> None:
     saved = page.post("/settings/hub", data={"token": SECRET, "auto_probe": "1"}, headers=HTMX)
     refused = page.post("/settings/hub", data={"endpoint": "nope", "token": SECRET + "x"}, headers=HTMX)

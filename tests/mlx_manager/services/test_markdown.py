@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from html.parser import HTMLParser
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from markupsafe import Markup
 
 from mlx_manager.services.markdown import pygments_css, render_markdown
 
-PYGMENTS_CSS = Path(__file__).resolve().parents[3] / "static" / "pygments.css"
+PYGMENTS_CSS = Path(str(files("mlx_manager") / "static" / "pygments.css"))
 APP_CSS = PYGMENTS_CSS.with_name("app.css")
 COPY_BUTTON = '<button type="button" class="copy-button" data-copy>Copy</button>'
 ALLOWED_TAGS = {
@@ -281,7 +282,7 @@ def test_no_text_ever_renders_script_or_event_handlers(pieces: list[str]) -> Non
 
 
 def test_shipped_stylesheet_is_what_pygments_css_generates() -> None:
-    """Regenerate with: python -m mlx_manager.services.markdown > static/pygments.css"""
+    """Regenerate with: python -m mlx_manager.services.markdown > mlx_manager/static/pygments.css"""
     assert PYGMENTS_CSS.read_text(encoding="utf-8") == pygments_css()
 
 

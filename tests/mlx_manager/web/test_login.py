@@ -183,3 +183,9 @@ def test_login_is_required_off_loopback_and_optional_on_it(home: Path) -> None:
         assert client.get("/models").status_code == 200
     with _client(home, host="0.0.0.0") as client:
         assert client.get("/models").status_code == 303
+
+
+def test_ollama_clients_heartbeat_is_answered_without_a_session(guarded: TestClient) -> None:
+    # The Ollama Go client's Heartbeat() is `HEAD /`; it must not be sent to the login page.
+    assert guarded.head("/").status_code == 200
+    assert guarded.get("/").status_code == 303  # the dashboard itself still needs the login

@@ -42,3 +42,30 @@ def test_manager_metrics_open_when_the_dashboard_is(home: Path) -> None:
     upgrade_database()
     with TestClient(create_app(ManagerSettings(home=home))) as client:
         assert client.get("/metrics").status_code == 200
+
+
+def test_manager_metrics_need_an_admin_key_or_the_login_once_keys_exist_on_loopback(home: Path) -> None:
+    """The dashboard needs no login on loopback, but /v1 needs keys once one exists: so does
+    /metrics (issue 31: it stayed open)."""
+    upgrade_database()
+    with Session(get_engine()) as session:
+        set_password(session, PASSWORD)
+        inference = create_api_key(session, name="app").secret
+        admin = create_api_key(session, name="ops", scope=ApiKeyScope.ADMIN).secret
+    with TestClient(create_app(ManagerSettings(home=home)), follow_redirects=False) as client:
+        assert client.get("/models").status_code == 200  # the pages stay open on loopback
+        refused = client.get("/metrics")
+        assert refused.status_code == 401 and "admin scope" in refused.text
+        narrow = client.get("/metrics", headers={"Authorization": f"Bearer {inference}"})
+        assert narrow.status_code == 403
+        assert client.get("/metrics", headers={"Authorization": f"Bearer {admin}"}).status_code == 200
+        client.get("/login")
+        client.headers["X-CSRF-Token"] = client.cookies["mlx_csrf"]
+        client.post("/login", data={"password": PASSWORD, "next": "/models"})
+        assert client.get("/metrics").status_code == 200  # a dashboard session
+
+
+def test_manager_metrics_need_the_login_when_the_pages_do(home: Path) -> None:
+    upgrade_database()
+    with TestClient(create_app(ManagerSettings(home=home, require_login=True))) as client:
+        assert client.get("/metrics").status_code == 401  # no key exists, but the pages are closed

@@ -223,7 +223,7 @@ def test_a_web_page_cannot_use_the_api(server: TestClient) -> None:
     assert page.status_code == 403 and "Cross-site requests" in page.json()["error"]
     form = server.post("/api/generate", content=b'{"model": "x"}', headers={"Content-Type": "text/plain"})
     assert form.status_code == 415 and "application/json" in form.json()["error"]
-    assert server.get("/api/pull").json() == {"error": "Not Found"}
+    assert server.get("/api/no-such-route").json() == {"error": "Not Found"}
 
 
 def test_api_keys_apply_as_on_v1(server: TestClient) -> None:

@@ -61,7 +61,7 @@ class SecondServer:
     def start(self) -> None:
         with (self.home / "serve.log").open("ab") as log:
             self.process = subprocess.Popen(
-                [str(MLX_SERVER), "--port", str(self.port)], env=self.env, stdout=log, stderr=log
+                [str(MLX_SERVER), "serve", "--port", str(self.port)], env=self.env, stdout=log, stderr=log
             )
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -79,7 +79,7 @@ def test_bind_refusal_only_off_loopback_with_neither_key_nor_password() -> None:
 
 
 def test_mlx_server_refuses_a_network_bind_without_a_key() -> None:
-    result = CliRunner().invoke(cli, ["--host", "0.0.0.0", "--port", "1"])
+    result = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0", "--port", "1"])
     assert result.exit_code == 2
     assert "Refusing to listen on 0.0.0.0" in result.output
     assert "mlx-manager keys create" in result.output

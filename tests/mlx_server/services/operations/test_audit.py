@@ -57,11 +57,12 @@ def _entry(request_id: str, days_old: float = 0) -> AuditLog:
 
 
 def _wait_for_rows(count: int, timeout: float = 5.0) -> list[AuditLog]:
+    """The rows once `count` of them are completed (a row is written in flight first)."""
     deadline = time.monotonic() + timeout
     while True:
         assert audit_service.flush(timeout)
         rows = _rows()
-        if len(rows) >= count or time.monotonic() > deadline:
+        if sum(row.state == "completed" for row in rows) >= count or time.monotonic() > deadline:
             return rows
         time.sleep(0.02)
 
@@ -138,7 +139,7 @@ def test_standalone_server_records_the_same_endpoints_but_not_health_or_docs() -
         assert [(r.endpoint, r.status) for r in _rows()] == [("GET /v1/models", 200)]
 
 
-def test_streamed_response_is_recorded_when_its_last_chunk_is_sent() -> None:
+def test_streamed_response_is_written_in_flight_and_completed_when_its_last_chunk_is_sent() -> None:
     upgrade_database()
     release = threading.Event()
     with _serving(_streaming_app(release)) as base, httpx.Client(base_url=base, timeout=5) as http:
@@ -146,13 +147,21 @@ def test_streamed_response_is_recorded_when_its_last_chunk_is_sent() -> None:
             chunks = response.iter_raw()
             assert next(chunks).startswith(b"data: first")
             assert audit_service.flush(5)
-            assert _rows() == []  # still streaming: nothing recorded yet
+            (started,) = _rows()  # written when it arrived, with what was known as it answered
+            assert (started.state, started.status, started.latency_ms, started.model, started.stream) == (
+                "in_flight",
+                None,
+                None,
+                "test-model",
+                True,
+            )
             release.set()
             assert b"".join(chunks).count(b"tick") == 3
         (row,) = _wait_for_rows(1)
 
-    assert (row.endpoint, row.status, row.model, row.protocol, row.stream) == (
+    assert (row.endpoint, row.state, row.status, row.model, row.protocol, row.stream) == (
         "GET /v1/test/stream",
+        "completed",
         200,
         "test-model",
         "openai",

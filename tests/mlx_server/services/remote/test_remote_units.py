@@ -3,6 +3,7 @@ routed, and a chat in OpenAI's message format as an Anthropic Messages request."
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -47,7 +48,8 @@ def test_breaker_opens_after_the_failures_and_lets_one_probe_through_after_the_c
 
 def test_rules_decide_in_order_then_a_backend_prefix_else_the_local_path(session: Session) -> None:
     for name in ("big", "cloud"):
-        save_backend(session, BackendIn(name=name, kind=BackendKind.OPENAI, base_url="http://127.0.0.1:9/v1"))
+        backend = BackendIn(name=name, kind=BackendKind.OPENAI, base_url="http://127.0.0.1:9/v1")
+        asyncio.run(save_backend(session, backend))
     save_rule(
         session, RuleIn.model_validate({"pattern": "gpt-*", "targets": [{"backend": "cloud", "model": "x"}]})
     )

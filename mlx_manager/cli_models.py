@@ -1,0 +1,191 @@
+"""`mlx-manager models add | scan | convert | set`: models already on disk, conversion to MLX,
+and each model's defaults. Merged into cli.py's `models` group; each command works on the
+database directly (like `models import-gguf`), so it needs no running server. A running server
+sees what it adds at once and a changed default within seconds."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlmodel import Session
+
+from mlx_manager.config import get_manager_settings
+from mlx_manager.services.local_models import added_how
+from mlx_manager.services.model_discovery import scan_models
+from mlx_server.facade import (
+    APIError,
+    ConversionProgress,
+    GGUFImportError,
+    ModelDefaults,
+    ModelDefaultsError,
+    ModelNotFoundError,
+    ModelStoreError,
+    ProbeStep,
+    add_model,
+    convert_model,
+    expand_user,
+    get_engine,
+    get_server_settings,
+    list_models,
+    model_defaults,
+    parse_assignments,
+    plan_conversion,
+    probe_model,
+    update_model_defaults,
+    upgrade_database,
+    use_server_settings,
+)
+
+app = typer.Typer()
+console = Console(highlight=False)
+
+
+def _migrate() -> None:
+    use_server_settings(get_manager_settings().server_settings())
+    upgrade_database()
+
+
+def _session() -> Session:
+    _migrate()
+    return Session(get_engine())
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    return typer.Exit(code=code)
+
+
+def _probe(model_id: str) -> None:
+    def step(step: ProbeStep) -> None:
+        if step.status != "running":
+            typer.echo(f"  {step.status} {step.name}: {step.detail}")
+
+    typer.echo(f"probing {model_id} (--no-probe skips this; the models page can probe it later)")
+    try:
+        capabilities = asyncio.run(probe_model(model_id, on_step=step))
+    except APIError as exc:
+        raise _fail(f"the probe failed: {exc.message}") from exc
+    typer.echo(f"{model_id}: {capabilities.model_type}, tools {capabilities.tool_parser_id}")
+
+
+@app.command("add")
+def models_add(
+    path: Annotated[
+        Path, typer.Argument(help="A model directory (MLX or Hugging Face layout) or a .gguf file.")
+    ],
+    model_id: Annotated[str | None, typer.Option("--id", help="Model id (default: from the path).")] = None,
+    copy: Annotated[bool, typer.Option("--copy", help="Copy it into the models directory.")] = False,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Register it without probing it.")] = False,
+) -> None:
+    """Register a model already on disk where it is (nothing copied unless --copy; removing the
+    model later leaves its files alone); a GGUF file is converted."""
+    with _session() as session:
+        try:
+            record = add_model(session, path, get_server_settings().models_dir, model_id, copy=copy)
+        except (ModelStoreError, GGUFImportError) as exc:
+            raise _fail(str(exc)) from exc
+        session.expunge(record)
+    typer.echo(f"added {record.id} ({record.size_bytes / 2**20:.1f} MiB): {added_how(record)}")
+    if not no_probe:
+        _probe(record.id)
+
+
+@app.command("scan")
+def models_scan(
+    folder: Annotated[
+        list[Path] | None, typer.Option("--folder", help="Also search this folder (repeatable).")
+    ] = None,
+) -> None:
+    """Models on this machine not added yet (Hugging Face cache, LM Studio, the models page's
+    folders): what each is, and whether it can be added or must be converted."""
+    with _session() as session:
+        found = scan_models(session, tuple(expand_user(p) for p in folder or ()))
+    if not found:
+        typer.echo("nothing found that is not added already")
+        return
+    table = Table()
+    for name in ("model", "where", "size", "type", "status", "path"):
+        table.add_column(name, overflow="fold")  # ids and paths whole, to copy
+    for item in found:
+        status = f"{item.status}: {item.disk.reason}"
+        model_type = str(item.disk.model_type or "-") + (" (GGUF)" if item.disk.kind == "gguf" else "")
+        size = f"{item.disk.size_bytes / 2**20:.1f} MiB"
+        table.add_row(item.name, item.where, size, model_type, status, str(item.path))
+    console.print(table)
+    typer.echo("add one with `mlx-manager models add PATH`, convert with `mlx-manager models convert PATH`")
+
+
+@app.command("convert")
+def models_convert(
+    path: Annotated[Path, typer.Argument(help="A Hugging Face checkpoint directory (safetensors).")],
+    bits: Annotated[int, typer.Option(help="4 or 8 bits per weight.")] = 4,
+    group_size: Annotated[int, typer.Option(help="32, 64 or 128 weights per scale.")] = 64,
+    model_id: Annotated[str | None, typer.Option("--id", help="Model id (default: NAME-<bits>bit).")] = None,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Register it without probing it.")] = False,
+) -> None:
+    """Quantize a checkpoint to MLX with mlx-lm's conversion, then add (and probe) it. Ctrl-C
+    cancels: nothing of the conversion is kept."""
+    _migrate()
+    try:
+        plan = plan_conversion(path, bits=bits, group_size=group_size, model_id=model_id)
+    except APIError as exc:
+        raise _fail(exc.message) from exc
+    typer.echo(f"converting {plan.source} to {plan.model_id} ({bits}-bit, group size {group_size})")
+    last: list[str] = []
+
+    def progress(step: ConversionProgress) -> None:
+        line = f"  {step.stage:<9} {step.percent:5.1f} %"
+        if not last or line != last[-1]:
+            typer.echo(line)
+            last.append(line)
+
+    try:
+        record = asyncio.run(convert_model(plan, progress))
+    except KeyboardInterrupt:
+        raise _fail("cancelled; nothing of the conversion was kept", code=130) from None
+    except APIError as exc:
+        raise _fail(exc.message) from exc
+    typer.echo(f"converted into {record.path} ({record.size_bytes / 2**20:.1f} MiB) and added as {record.id}")
+    if not no_probe:
+        _probe(record.id)
+
+
+def _print_defaults(model_id: str, defaults: ModelDefaults) -> None:
+    shown = defaults.model_dump(exclude_none=True)
+    if not shown:
+        typer.echo(f"{model_id}: no defaults set (requests use their own values, else the server's)")
+    for key, value in shown.items():
+        typer.echo(f"{key:<20}{value!r}" if key == "system_prompt" else f"{key:<20}{value}")
+
+
+@app.command("set")
+def models_set(
+    model_id: Annotated[str, typer.Argument(help="A registered model id (`models list`).")],
+    assignments: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="KEY=VALUE: context_length, context_overflow (error|truncate), temperature, top_p, "
+            "top_k, min_p, repetition_penalty, max_tokens, system_prompt, thinking (true|false); "
+            "an empty VALUE clears the key. None: print the defaults."
+        ),
+    ] = None,
+) -> None:
+    """Set what the model runs with when a request leaves it out (every API and the playground)."""
+    _migrate()
+    try:
+        if not assignments:
+            _print_defaults(model_id, model_defaults(model_id))
+            return
+        defaults = update_model_defaults(model_id, parse_assignments(assignments))
+    except ModelNotFoundError as exc:
+        with _session() as session:
+            known = ", ".join(record.id for record in list_models(session)) or "none yet"
+        raise _fail(f"no model {model_id!r}; the models are: {known}") from exc
+    except (ModelDefaultsError, APIError) as exc:
+        raise _fail(getattr(exc, "message", str(exc))) from exc
+    _print_defaults(model_id, defaults)
