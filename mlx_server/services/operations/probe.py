@@ -26,6 +26,7 @@ from mlx_server.models.loaders import LoadedModel, read_spec
 from mlx_server.models.pool import ModelPoolManager, get_model_pool
 from mlx_server.models.store import save_capabilities
 from mlx_server.parsers.base import ThinkingParser
+from mlx_server.parsers.null import NullThinkingParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.records import ModelCapabilities
@@ -34,7 +35,9 @@ from mlx_server.services.operations.probe_embeddings import probe_embedding_mode
 from mlx_server.services.operations.probe_vision import check_images
 from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
 from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
+from mlx_server.services.pipeline.json_calls import JsonCallReader
 from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.services.pipeline.streaming import parse_output
 from mlx_server.utils.memory import GB, activation_bytes, kv_bytes_per_token, practical_max_tokens
 from mlx_server.utils.metal import run_on_metal_thread
 
@@ -243,7 +246,23 @@ def find_tool_parser(default_id: str, output: str) -> str:
     inference asks it. One generation instead of fifteen (~15 s each here).
     """
     candidates = [default_id, *(pid for pid in TOOL_PARSERS if pid not in (default_id, "null"))]
-    return next((pid for pid in candidates if TOOL_PARSERS[pid]().validates(output, TOOL_NAME)), "null")
+    found = next((pid for pid in candidates if TOOL_PARSERS[pid]().validates(output, TOOL_NAME)), None)
+    if found is None and default_id != "null" and _json_call(default_id, output):
+        found = default_id  # a fenced or bare JSON call: inference takes it whatever the parser
+    return found or "null"
+
+
+def _json_call(parser_id: str, output: str) -> bool:
+    """Whether inference, with the weather tool declared, takes a call from `output` written as
+    plain JSON (services/pipeline/json_calls.py) with this parser."""
+    result = parse_output(
+        output,
+        TOOL_PARSERS[parser_id](),
+        NullThinkingParser(),
+        tools_declared=True,
+        json_calls=JsonCallReader([WEATHER_TOOL]),
+    )
+    return any(call.function.name == TOOL_NAME for call in result.tool_calls)
 
 
 def find_thinking_parser(default_id: str, prompt: str, output: str) -> str:
@@ -317,6 +336,8 @@ async def _generate(loaded: LoadedModel, prompt: str, max_tokens: int) -> str:
 
 
 def _tool_detail(default_id: str, found_id: str, output: str) -> str:
+    if found_id == default_id and not TOOL_PARSERS[found_id]().validates(output, TOOL_NAME):
+        return f"{found_id} (the family default) took a {TOOL_NAME} call written as plain JSON"
     if found_id == default_id:
         return f"{found_id} (the family default) read a {TOOL_NAME} call"
     if found_id != "null":
