@@ -23,7 +23,8 @@ from mlx_server.home_lock import HomeInUse, lock_home
 from mlx_server.main import create_app as create_server_app
 from mlx_server.main import health_router, server_services
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
-from mlx_server.models.gguf_import import GGUFImportError
+from mlx_server.models.gguf_file import Quantization as GGUFQuantization
+from mlx_server.models.gguf_import import GGUFImportError, GGUFInfo, inspect_gguf
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
@@ -199,6 +200,8 @@ __all__ = [
     "Finish",
     "FinishReason",
     "GGUFImportError",
+    "GGUFInfo",
+    "GGUFQuantization",
     "GenerationEvent",
     "GenerationParams",
     "GenerationRequest",
@@ -273,6 +276,7 @@ __all__ = [
     "import_whisper",
     "input_list",
     "inspect_audio",
+    "inspect_gguf",
     "is_cross_site",
     "is_loopback",
     "is_probe_running",

@@ -43,6 +43,8 @@ class ModelRecord(SQLModel, table=True):
     draft_model: str | None = Field(default=None, max_length=255)
     kv_bits: int | None = None
     kv_group_size: int | None = None
+    # The quantization it was imported from (a GGUF's type, e.g. "Q4_K_M"); None: not imported.
+    source_quantization: str | None = Field(default=None, max_length=32)
 
 
 class ModelCapabilities(SQLModel, table=True):

@@ -20,6 +20,7 @@ from mlx_server.database import get_engine, reset_engine, upgrade_database
 from mlx_server.models.gguf_import import convert_gguf
 from mlx_server.models.store import default_model_gguf
 from tests.hub_server import HubFile, HubRepo, HubServer, smollm_repo
+from tests.support import ServerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -33,6 +34,7 @@ HEAVY_FIXTURES = {
     "tiny_tts_dir",
     "tiny_vision_dir",
     "qwen_dir",
+    "qwen_server",
     "whisper_base_dir",
 }
 
@@ -130,6 +132,20 @@ def qwen_dir(shared_models: Path, qwen_gguf: Path) -> Path:
     from tests.fixtures.packaged_models import once_per_run
 
     return once_per_run(shared_models, "Qwen2.5-Coder-0.5B-Instruct", lambda t: convert_gguf(qwen_gguf, t))
+
+
+@pytest.fixture(scope="session")
+def qwen_server(tmp_path_factory: pytest.TempPathFactory, qwen_dir: Path) -> Iterator[ServerProcess]:
+    """`mlx-manager serve` with the real Qwen2.5-Coder-0.5B registered as "qwen" (~2 GB as float32
+    on a CPU: one server per worker, shared by the modules that use it)."""
+    from tests.support import register_in_home
+
+    home = tmp_path_factory.mktemp("qwen-home")
+    register_in_home(home, {"qwen": qwen_dir})
+    server = ServerProcess(home, home / "serve.log", env={"MLX_SERVER_IDLE_TTL_SECONDS": "0"})
+    server.start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

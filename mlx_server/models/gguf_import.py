@@ -120,7 +120,7 @@ def inspect_gguf(path: Path, quantization: str = "auto") -> GGUFInfo:
         parameters=sum(plan.count for plan in plans),
         file_bytes=path.stat().st_size,
         quantization=choice,
-        stored_counts=dict(stored),
+        stored_counts={label: stored[label] for label in ("4-bit", "8-bit", "float") if label in stored},
         planned_bytes=sum(plan.stored_bytes(float_bytes) for plan in plans),
     )
 
