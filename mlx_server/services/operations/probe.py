@@ -236,8 +236,9 @@ async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: _
 
 
 def find_tool_parser(default_id: str, output: str) -> str:
-    """The first parser that reads a `get_weather` call in `output`: the family default, then
-    every registered parser in registry order; "null" when none does.
+    """The first parser that reads a `get_weather` call in `output`: the family default (also for
+    a call written as plain JSON, which inference takes with it), then every registered parser in
+    registry order; "null" when none does.
 
     Every parser reads the one output rather than a generation of its own. With a template that
     renders tools, the prompt does not depend on the parser, so greedy decoding would write the
@@ -245,22 +246,20 @@ def find_tool_parser(default_id: str, output: str) -> str:
     model another format to copy, while the question is what it writes when asked the way
     inference asks it. One generation instead of fifteen (~15 s each here).
     """
-    candidates = [default_id, *(pid for pid in TOOL_PARSERS if pid not in (default_id, "null"))]
-    found = next((pid for pid in candidates if TOOL_PARSERS[pid]().validates(output, TOOL_NAME)), None)
-    if found is None and default_id != "null" and _json_call(default_id, output):
-        found = default_id  # a fenced or bare JSON call: inference takes it whatever the parser
-    return found or "null"
+    if default_id != "null" and _json_call(default_id, output):
+        return default_id
+    others = [pid for pid in TOOL_PARSERS if pid not in (default_id, "null")]
+    return next((pid for pid in others if TOOL_PARSERS[pid]().validates(output, TOOL_NAME)), "null")
 
 
 def _json_call(parser_id: str, output: str) -> bool:
-    """Whether inference, with the weather tool declared, takes a call from `output` written as
-    plain JSON (services/pipeline/json_calls.py) with this parser."""
+    """Whether inference, with the weather tool declared, takes a call from `output` with this
+    parser: in its format (`validates`), or written as plain JSON (services/pipeline/json_calls.py)."""
+    if TOOL_PARSERS[parser_id]().validates(output, TOOL_NAME):
+        return True
+    reader = JsonCallReader([WEATHER_TOOL])
     result = parse_output(
-        output,
-        TOOL_PARSERS[parser_id](),
-        NullThinkingParser(),
-        tools_declared=True,
-        json_calls=JsonCallReader([WEATHER_TOOL]),
+        output, TOOL_PARSERS[parser_id](), NullThinkingParser(), tools_declared=True, json_calls=reader
     )
     return any(call.function.name == TOOL_NAME for call in result.tool_calls)
 
