@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=512, help="prompt words (about as many tokens)")
     parser.add_argument("--float-mb", type=int, default=8192)
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--float-only", action="store_true", help="skip the as-shipped configuration")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="mlx-bench-gguf-") as tmp:
@@ -93,10 +94,11 @@ def main() -> None:
         seconds, plan = import_gguf(args.gguf, home)
         stored = sum(f.stat().st_size for f in (home / "models" / MODEL).iterdir())
         rows = []
-        for label, settings in (
+        configurations = [
             ("as shipped", {}),
             (f"float32 cap {args.float_mb} MB", {"MLX_SERVER_CPU_FLOAT_WEIGHTS_MAX_MB": str(args.float_mb)}),
-        ):
+        ]
+        for label, settings in configurations[1:] if args.float_only else configurations:
             decode, prefill, _, answer = measure(home, settings, args)
             rows.append(f"| {label} | {decode:.2f} | {prefill:.1f} | {answer.strip()[:60]!r} |")
     plan_lines = "\n".join(f"    {line}" for line in plan.strip().splitlines())
