@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,7 @@ from mlx_server.facade import (
     ApiKeyScope,
     BareHelpGroup,
     GGUFImportError,
+    GGUFInfo,
     HomeInUse,
     ModelNotFoundError,
     ModelStoreError,
@@ -36,6 +38,7 @@ from mlx_server.facade import (
     get_server_settings,
     import_gguf,
     import_whisper,
+    inspect_gguf,
     key_state,
     keys_exist,
     list_api_keys,
@@ -160,18 +163,48 @@ def models_list() -> None:
         typer.echo(f"{model.id}\t{model.source}\t{model.size_bytes / 2**20:.1f} MiB\t{model.path}")
 
 
+def describe_gguf(info: GGUFInfo) -> list[str]:
+    """The plan of a GGUF import, as the CLI prints it before converting."""
+    mix = ", ".join(f"{kind} {tensors} tensors" for kind, (tensors, _) in info.type_counts.items())
+    stored = ", ".join(
+        f"{label} {count / info.parameters:.0%}" for label, count in info.stored_counts.items()
+    )
+    return [
+        f"{info.path.name}: {info.name or 'unnamed'} ({info.architecture}),"
+        f" {info.parameters / 1e9:.2f}B parameters",
+        f"  source: {info.source_quantization}, {info.file_bytes / 2**20:.1f} MiB ({mix})",
+        f"  stored as ({info.quantization}): {stored}, about {info.planned_bytes / 2**20:.1f} MiB",
+    ]
+
+
 @models_cli.command("import-gguf")
 def models_import_gguf(
-    path: Annotated[Path, typer.Argument(help="GGUF file (llama architecture: Llama, Mistral, SmolLM).")],
+    path: Annotated[Path, typer.Argument(help="GGUF file (llama, qwen2, qwen3 or gemma3 architecture).")],
     model_id: Annotated[str | None, typer.Option("--id", help="Model id (default: the file name).")] = None,
+    quantization: Annotated[
+        str,
+        typer.Option(
+            help="auto (each tensor at the nearest MLX width keeping its precision: 2-4-bit types "
+            "to 4-bit, 5-8-bit to 8-bit, float stays float), 4bit, 8bit or float."
+        ),
+    ] = "auto",
 ) -> None:
-    """Convert a GGUF file into an MLX model directory and register it."""
+    """Convert a GGUF file into an MLX model directory and register it; the plan and its size
+    are printed first."""
     with _migrated_session() as session:
         try:
-            record = import_gguf(session, path, get_server_settings().models_dir, model_id)
+            for line in describe_gguf(inspect_gguf(path, quantization)):
+                typer.echo(line)
+            started = time.monotonic()
+            record = import_gguf(
+                session, path, get_server_settings().models_dir, model_id, quantization=quantization
+            )
         except (GGUFImportError, ModelStoreError) as exc:
             raise _fail(str(exc)) from exc
-    typer.echo(f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path}")
+    seconds = time.monotonic() - started
+    typer.echo(
+        f"imported {record.id} ({record.size_bytes / 2**20:.1f} MiB) into {record.path} in {seconds:.0f} s"
+    )
 
 
 @models_cli.command("import-whisper")

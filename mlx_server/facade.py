@@ -28,7 +28,8 @@ from mlx_server.main import health_router, server_services
 from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template
 from mlx_server.models.disk import DiskModel, expand_user, inspect_path
-from mlx_server.models.gguf_import import GGUFImportError
+from mlx_server.models.gguf_file import Quantization as GGUFQuantization
+from mlx_server.models.gguf_import import GGUFImportError, GGUFInfo, inspect_gguf
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
@@ -238,6 +239,8 @@ __all__ = [
     "Finish",
     "FinishReason",
     "GGUFImportError",
+    "GGUFInfo",
+    "GGUFQuantization",
     "GenerationEvent",
     "GenerationParams",
     "GenerationRequest",
@@ -326,6 +329,7 @@ __all__ = [
     "import_whisper",
     "input_list",
     "inspect_audio",
+    "inspect_gguf",
     "inspect_path",
     "is_cross_site",
     "is_loopback",

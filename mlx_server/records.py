@@ -51,6 +51,8 @@ class ModelRecord(SQLModel, table=True):
     # What the model runs with when a request leaves it out: models/defaults.py's ModelDefaults
     # as JSON (only the keys set; None: none set).
     defaults: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    # The quantization it was imported from (a GGUF's type, e.g. "Q4_K_M"); None: not imported.
+    source_quantization: str | None = Field(default=None, max_length=32)
 
 
 class ModelCapabilities(SQLModel, table=True):

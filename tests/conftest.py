@@ -20,6 +20,7 @@ from mlx_server.database import get_engine, reset_engine, upgrade_database
 from mlx_server.models.gguf_import import convert_gguf
 from mlx_server.models.store import default_model_gguf
 from tests.hub_server import HubFile, HubRepo, HubServer, smollm_repo
+from tests.support import ServerProcess
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -33,6 +34,9 @@ HEAVY_FIXTURES = {
     "whisper_dir",
     "tiny_tts_dir",
     "tiny_vision_dir",
+    "qwen_dir",
+    "qwen_server",
+    "whisper_base_dir",
 }
 
 
@@ -115,6 +119,56 @@ def smollm(smollm_dir: Path) -> tuple[Any, Any]:
     from mlx_server.models.cpu_weights import load_text_model
 
     return load_text_model(str(smollm_dir))
+
+
+@pytest.fixture(scope="session")
+def shared_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory every worker of this run shares: real models are made there once per run."""
+    from tests.fixtures.packaged_models import run_root
+
+    return run_root(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def qwen_gguf(shared_models: Path) -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct's GGUF joined from its six wheels, sha256 checked (~1 s)."""
+    from tests.fixtures.packaged_models import QWEN_PARTS, QWEN_SHA256, join_parts, once_per_run
+
+    return once_per_run(
+        shared_models, "qwen2.5-coder-0.5b.gguf", lambda t: join_parts(QWEN_PARTS, t, QWEN_SHA256)
+    )
+
+
+@pytest.fixture(scope="session")
+def qwen_dir(shared_models: Path, qwen_gguf: Path) -> Path:
+    """The Qwen GGUF converted by our importer (auto: 8-bit and 4-bit MLX), once per run (~30 s)."""
+    from tests.fixtures.packaged_models import once_per_run
+
+    return once_per_run(shared_models, "Qwen2.5-Coder-0.5B-Instruct", lambda t: convert_gguf(qwen_gguf, t))
+
+
+@pytest.fixture(scope="session")
+def qwen_server(tmp_path_factory: pytest.TempPathFactory, qwen_dir: Path) -> Iterator[ServerProcess]:
+    """`mlx-manager serve` with the real Qwen2.5-Coder-0.5B registered as "qwen" (~2 GB as float32
+    on a CPU: one server per worker, shared by the modules that use it)."""
+    from tests.support import register_in_home
+
+    home = tmp_path_factory.mktemp("qwen-home")
+    register_in_home(home, {"qwen": qwen_dir})
+    server = ServerProcess(home, home / "serve.log", env={"MLX_SERVER_IDLE_TTL_SECONDS": "0"})
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def whisper_base_dir(shared_models: Path) -> Path:
+    """faster-whisper-base joined from its two wheels, sha256 checked, converted once per run."""
+    from mlx_server.models.whisper_import import convert_ctranslate2_whisper
+    from tests.fixtures.packaged_models import once_per_run, whisper_base_source
+
+    source = once_per_run(shared_models, "faster-whisper-base", whisper_base_source)
+    return once_per_run(shared_models, "whisper-base", lambda t: convert_ctranslate2_whisper(source, t))
 
 
 @pytest.fixture(scope="session")

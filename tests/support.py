@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -91,6 +92,27 @@ def write_tiny_llama_gguf(path: Path, hf_weights: dict[str, np.ndarray], meta: d
         arrays[f"{gguf}.weight"] = mx.array(value)
     mx.save_gguf(str(path), arrays, meta)
     return path
+
+
+def register_in_home(home: Path, models: dict[str, Path]) -> None:
+    """Migrate `home`'s database and register model directories by id, in a child process (this
+    process's settings and engine belong to the test that runs)."""
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from sqlmodel import Session\n"
+        "from mlx_server.database import get_engine, upgrade_database\n"
+        "from mlx_server.records import ModelRecord, ModelSource\n"
+        "upgrade_database()\n"
+        "with Session(get_engine()) as session:\n"
+        "    for model_id, path in json.loads(sys.argv[1]).items():\n"
+        "        session.add(ModelRecord(id=model_id, source=ModelSource.LOCAL, path=path))\n"
+        "    session.commit()\n"
+    )
+    env = {**os.environ, "MLX_MANAGER_HOME": str(home)}
+    env.pop("MLX_SERVER_HOME", None)
+    paths = json.dumps({model_id: str(path) for model_id, path in models.items()})
+    subprocess.run([sys.executable, "-c", script, paths], env=env, check=True)
 
 
 class ServerProcess:

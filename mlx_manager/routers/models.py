@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,6 +37,8 @@ from mlx_server.facade import (
     CONVERT_GROUP_SIZES,
     APIError,
     GGUFImportError,
+    GGUFInfo,
+    GGUFQuantization,
     ModelDefaultsError,
     ModelStoreError,
     adapter_views,
@@ -44,6 +47,7 @@ from mlx_server.facade import (
     get_model,
     get_server_settings,
     import_gguf,
+    inspect_gguf,
     load_model,
     model_defaults,
     remote_model_ids,
@@ -52,6 +56,16 @@ from mlx_server.facade import (
 )
 
 router = APIRouter(prefix="/models")
+
+
+@dataclass
+class GGUFPlan:
+    """The import form's inspection: the file asked about, and what it holds or why not."""
+
+    path: str
+    info: GGUFInfo | None = None
+    error: str | None = None
+
 
 # How long a probe watcher waits before re-sending the panel (keeps proxies from timing out).
 PROBE_EVENT_SECONDS = 15
@@ -65,6 +79,7 @@ def _page(
     error: str | None = None,
     status: int = 400,
     hub: dict[str, Any] | None = None,
+    plan: GGUFPlan | None = None,
 ) -> HTMLResponse:
     models = local_models(session)
     response = render(
@@ -79,6 +94,7 @@ def _page(
         convert_bits=CONVERT_BITS,
         convert_group_sizes=CONVERT_GROUP_SIZES,
         hub=hub,
+        plan=plan,
         message=message,
         error=error,
     )
@@ -123,21 +139,51 @@ def models_page(
     return _page(request, session, hub=hub)
 
 
+def _gguf_path(path: str) -> Path:
+    try:
+        return Path(path.strip()).expanduser()
+    except RuntimeError:  # "~name" of a user this machine does not have
+        return Path(path.strip())
+
+
+@router.get("/import/inspect", response_class=HTMLResponse)
+async def inspect_import(
+    request: Request,
+    session: SessionDep,
+    path: Annotated[str, Query(max_length=4096)],
+    quantization: Annotated[GGUFQuantization, Query()] = "auto",
+) -> HTMLResponse:
+    """What the GGUF file holds and what importing it stores (htmx: the plan alone)."""
+    gguf = _gguf_path(path)
+    plan = GGUFPlan(path=str(gguf))
+    if not gguf.is_file():
+        plan.error = f"No file at {gguf}; give the full path of a .gguf file."
+    else:
+        try:
+            plan.info = await asyncio.to_thread(inspect_gguf, gguf, quantization)
+        except GGUFImportError as exc:
+            plan.error = str(exc)
+    if wants_fragment(request):
+        return templates.TemplateResponse(request, "partials/gguf_plan.html", {"plan": plan})
+    return _page(request, session, plan=plan)
+
+
 @router.post("/import", response_class=HTMLResponse)
 async def import_model(
-    request: Request, session: SessionDep, path: Annotated[str, Form()], model_id: Annotated[str, Form()] = ""
+    request: Request,
+    session: SessionDep,
+    path: Annotated[str, Form()],
+    model_id: Annotated[str, Form()] = "",
+    quantization: Annotated[GGUFQuantization, Form()] = "auto",
 ) -> Response:
-    try:
-        gguf = Path(path.strip()).expanduser()
-    except RuntimeError:  # "~name" of a user this machine does not have
-        gguf = Path(path.strip())
+    gguf = _gguf_path(path)
     if not gguf.is_file():
         return _page(request, session, error=f"No file at {gguf}; give the full path of a .gguf file.")
     models_dir = get_server_settings().models_dir
 
     def run() -> str:
         with Session(get_engine()) as db:
-            return import_gguf(db, gguf, models_dir, model_id.strip() or None).id
+            return import_gguf(db, gguf, models_dir, model_id.strip() or None, quantization=quantization).id
 
     try:
         imported = await asyncio.to_thread(run)

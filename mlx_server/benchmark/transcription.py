@@ -52,12 +52,13 @@ MINUTE = " ".join(
 )
 
 
-def speak(text: str, target: Path, *, rate: int = 130) -> Path:
-    """`text` spoken by espeak-ng's British English voice into a 22.05 kHz mono WAV file."""
+def speak(text: str, target: Path, *, rate: int = 130, voice: str = "en") -> Path:
+    """`text` spoken by espeak-ng (its British English voice, or `voice`: "fr", "de", ...) into a
+    22.05 kHz mono WAV file."""
     espeak = shutil.which("espeak-ng")
     if espeak is None:
         raise RuntimeError("espeak-ng is missing: apt-get install espeak-ng (.ci/run installs it)")
-    subprocess.run([espeak, "-v", "en", "-s", str(rate), "-w", str(target), text], check=True)
+    subprocess.run([espeak, "-v", voice, "-s", str(rate), "-w", str(target), text], check=True)
     return target
 
 

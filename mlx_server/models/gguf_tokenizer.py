@@ -22,6 +22,9 @@ _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen2's (also Qwen2.5's and Qwen3's): Llama 3's with single digits.
+_QWEN2_SPLIT = _LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")
+_QWEN2_PRE = ("qwen2", "deepseek-r1-qwen")
 
 
 class TokenizerImportError(ValueError):
@@ -33,10 +36,12 @@ def _byte_level_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     if pre == "smollm":
         # SmolLM splits every digit on its own before the GPT-2 byte-level regex.
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-    if pre in ("llama-bpe", "llama3", "smaug-bpe"):
+    split = _LLAMA3_SPLIT if pre in ("llama-bpe", "llama3", "smaug-bpe") else None
+    split = _QWEN2_SPLIT if pre in _QWEN2_PRE else split
+    if split is not None:
         return pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated"),
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
@@ -44,7 +49,7 @@ def _byte_level_pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
         return byte_level
     raise TokenizerImportError(
         f"unsupported BPE pre-tokenizer {pre!r} (tokenizer.ggml.pre); "
-        "supported: smollm, llama-bpe, gpt-2, default"
+        "supported: smollm, llama-bpe, qwen2, gpt-2, default"
     )
 
 
@@ -55,7 +60,10 @@ def _build_bpe(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
     merges = [tuple(m.split(" ", 1)) for m in merges_raw]
     vocab = {tok: i for i, tok in enumerate(tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
-    tok.pre_tokenizer = _byte_level_pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")))
+    pre = str(meta.get("tokenizer.ggml.pre", "default"))
+    tok.pre_tokenizer = _byte_level_pre_tokenizer(pre)
+    if pre in _QWEN2_PRE:
+        tok.normalizer = normalizers.NFC()  # as Qwen2's own tokenizer.json (llama.cpp skips it)
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -79,6 +87,11 @@ def _build_spm(meta: dict[str, Any], tokens: list[str]) -> Tokenizer:
     if scores is None:
         raise TokenizerImportError("SentencePiece tokenizer without tokenizer.ggml.scores")
     score_list = [float(s) for s in _as_list(scores)]
+    if str(meta.get("general.architecture", "")).startswith("gemma"):
+        # Gemma files spell their runs of spaces as spaces (the vocabulary uses "▁"), and their
+        # scores do not follow the merge order: the order of the vocabulary does.
+        tokens = ["▁" * len(t) if len(t) > 1 and not t.strip(" ") else t for t in tokens]
+        score_list = [-float(i) for i in range(len(tokens))]
     unk_id = int(_scalar(meta.get("tokenizer.ggml.unknown_token_id", 0)))
     vocab = {tok: i for i, tok in enumerate(tokens)}
     tok = Tokenizer(

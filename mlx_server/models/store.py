@@ -112,19 +112,27 @@ def _register_converted(
         path=str(converted.path),
         size_bytes=converted.size_bytes,
         origin=str(origin.resolve()),
+        source_quantization=converted.source_quantization,
     )
     return _register(session, record)
 
 
 def import_gguf(
-    session: Session, gguf_path: Path, models_dir: Path, model_id: str | None = None
+    session: Session,
+    gguf_path: Path,
+    models_dir: Path,
+    model_id: str | None = None,
+    *,
+    quantization: str = "auto",
 ) -> ModelRecord:
-    """Convert `gguf_path` into `models_dir` and register it.
+    """Convert `gguf_path` into `models_dir` and register it (`quantization`: auto, 4bit, 8bit
+    or float; see models/gguf_file.py).
 
     Either both the directory and the database row exist afterwards, or neither.
     """
     model_id = gguf_path.stem if model_id is None else model_id
-    converted: ConvertedModel = convert_gguf(gguf_path, _free_target(session, models_dir, model_id))
+    target = _free_target(session, models_dir, model_id)
+    converted: ConvertedModel = convert_gguf(gguf_path, target, quantization=quantization)
     return _register_converted(session, model_id, ModelSource.GGUF_IMPORT, converted, gguf_path)
 
 

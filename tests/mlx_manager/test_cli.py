@@ -21,7 +21,12 @@ runner = CliRunner()
 def test_import_gguf_then_list(smollm_gguf: Path, home: Path) -> None:
     result = runner.invoke(app, ["models", "import-gguf", str(smollm_gguf), "--id", "smol"])
     assert result.exit_code == 0, result.output
-    assert "imported smol" in result.output
+    lines = result.output.splitlines()
+    # The plan comes first: what the file holds, then what the import stores and its size.
+    assert lines[0].endswith("(llama), 0.13B parameters")
+    assert lines[1].startswith("  source: Q4_1, 93.8 MiB (Q4_1 210 tensors, Q8_0 1 tensors, F32 61 tensors)")
+    assert lines[2].startswith("  stored as (auto): 4-bit 79%, 8-bit 21%, float 0%, about ")
+    assert "imported smol" in lines[3]
     listed = runner.invoke(app, ["models", "list"])
     assert listed.exit_code == 0
     assert listed.output.startswith("smol\tgguf-import\t")

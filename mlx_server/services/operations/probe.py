@@ -25,12 +25,17 @@ from mlx_server.models.detection import ModelType, detect_model_family, detect_m
 from mlx_server.models.loaders import LoadedModel, read_spec
 from mlx_server.models.pool import ModelPoolManager, get_model_pool
 from mlx_server.models.store import save_capabilities
-from mlx_server.parsers.base import ThinkingParser
-from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
-from mlx_server.parsers.thinking import opens_thinking
+from mlx_server.parsers.registry import TOOL_PARSERS
 from mlx_server.records import ModelCapabilities
 from mlx_server.services.operations.probe_audio import probe_audio_model
 from mlx_server.services.operations.probe_embeddings import probe_embedding_model
+from mlx_server.services.operations.probe_parsers import (
+    TOOL_NAME,
+    WEATHER_TOOL,
+    find_thinking_parser,
+    find_tool_parser,
+    template_mentions_thinking,
+)
 from mlx_server.services.operations.probe_rerank import probe_rerank_model
 from mlx_server.services.operations.probe_vision import check_images
 from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
@@ -41,15 +46,6 @@ from mlx_server.utils.metal import run_on_metal_thread
 
 logger = logging.getLogger("mlx_server.probe")
 
-TOOL_NAME = "get_weather"
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 # Short prompts and budgets: prefill and decode run at ~10 tokens/s on a CPU build.
 TOOL_QUESTION = "What is the weather in Paris? Use the get_weather tool."
 THINKING_QUESTION = "What is 17 + 25? Think step by step."
@@ -235,43 +231,6 @@ async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: _
     return _Findings(native, tool_parser_id, adapter.tool_parser.parser_id, thinking_parser_id, practical)
 
 
-def find_tool_parser(default_id: str, output: str) -> str:
-    """The first parser that reads a `get_weather` call in `output`: the family default, then
-    every registered parser in registry order; "null" when none does.
-
-    Every parser reads the one output rather than a generation of its own. With a template that
-    renders tools, the prompt does not depend on the parser, so greedy decoding would write the
-    same text for each; with tools in the system prompt, a prompt per parser would only show the
-    model another format to copy, while the question is what it writes when asked the way
-    inference asks it. One generation instead of fifteen (~15 s each here).
-    """
-    candidates = [default_id, *(pid for pid in TOOL_PARSERS if pid not in (default_id, "null"))]
-    return next((pid for pid in candidates if TOOL_PARSERS[pid]().validates(output, TOOL_NAME)), "null")
-
-
-def find_thinking_parser(default_id: str, prompt: str, output: str) -> str:
-    """The first thinking parser (the family default, then every registered one) that finds
-    reasoning in `output`, read as inference reads it: after the block the prompt opened."""
-    candidates = [default_id, *(pid for pid in THINKING_PARSERS if pid not in (default_id, "null"))]
-    for parser_id in candidates:
-        parser = THINKING_PARSERS[parser_id]()
-        if parser.validates(_opened_marker(prompt, parser) + output):
-            return parser_id
-    return "null"
-
-
-def _opened_marker(prompt: str, parser: ThinkingParser) -> str:
-    if not opens_thinking(prompt, parser):
-        return ""
-    return next(start for start, _ in parser.stream_markers if prompt.rstrip().endswith(start.strip()))
-
-
-def template_mentions_thinking(template: str) -> bool:
-    """Whether the chat template toggles reasoning or writes a reasoning marker."""
-    markers = {start.strip() for cls in THINKING_PARSERS.values() for start, _ in cls().stream_markers}
-    return "enable_thinking" in template or any(marker in template for marker in markers if marker)
-
-
 def _render(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
     return str(
         tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **template_kwargs)
@@ -320,6 +279,8 @@ async def _generate(loaded: LoadedModel, prompt: str, max_tokens: int) -> str:
 
 
 def _tool_detail(default_id: str, found_id: str, output: str) -> str:
+    if found_id == default_id and not TOOL_PARSERS[found_id]().validates(output, TOOL_NAME):
+        return f"{found_id} (the family default) took a {TOOL_NAME} call written as plain JSON"
     if found_id == default_id:
         return f"{found_id} (the family default) read a {TOOL_NAME} call"
     if found_id != "null":

@@ -20,6 +20,7 @@ from mlx_server.services.pipeline.events import (
     ToolCallRejected,
     ToolCallStarted,
 )
+from mlx_server.services.pipeline.json_calls import JsonCallReader
 from mlx_server.services.pipeline.request import ToolChoice
 from mlx_server.services.pipeline.streaming import StreamEvent, StreamingProcessor
 from mlx_server.services.pipeline.structured_output import OutputFormat, output_problem
@@ -60,6 +61,7 @@ class ChatTurn:
             adapter.thinking_parser,
             tools_declared=bool(tools),
             starts_in_thinking=opens_thinking(prompt, adapter.thinking_parser),
+            json_calls=JsonCallReader(tools) if tools and tool_choice != "none" else None,
         )
         self._checker = ToolCallChecker(tools if tool_choice != "none" else None, strict=constrained_calls)
         # Without tools a call-shaped reply cannot be a call: it is the model's text, kept as content.

@@ -14,6 +14,7 @@ from typing import Literal
 
 from mlx_server.parsers.base import ThinkingParser, ToolCallParser
 from mlx_server.schemas.openai import ToolCall
+from mlx_server.services.pipeline.json_calls import MAX_BLOCK_CHARS, BlockScan, JsonCallReader, block_start
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,10 @@ class StreamingProcessor:
         *,
         tools_declared: bool = False,
         starts_in_thinking: bool = False,
+        json_calls: JsonCallReader | None = None,
     ) -> None:
+        """`json_calls`: the declared tools, to take fenced or bare JSON calls to them for calls
+        (services/pipeline/json_calls.py), whatever the format's own markup."""
         self._tool_parser = tool_parser
         self._tool_markers = [m for m in tool_parser.stream_markers if m[0]]
         self._think_markers = [m for m in thinking_parser.stream_markers if m[0]]
@@ -84,6 +88,9 @@ class StreamingProcessor:
         # Reasoning blocks are joined with a newline; a new block's separator waits for its text.
         self._block_separator = False
         self._calls: list[ToolCall] = []
+        self._json_calls = json_calls
+        self._block = BlockScan(fence=False)  # the open JSON block's scan (stack entry "json")
+        self._line_start = True  # whether the unrouted text begins a line (JSON blocks start there)
         self.result: ParseResult | None = None
 
     # --- Feeding ---
@@ -128,24 +135,16 @@ class StreamingProcessor:
     # --- One step of routing; True while progress is possible ---
 
     def _step(self, events: list[StreamEvent], *, final: bool) -> bool:
+        if self._stack and self._stack[-1][0] == "json":
+            return self._in_json(events, final)
         if not self._buffer:
             return False
         if self._leading_open:
             self._segment += self._buffer
             self._buffer = ""
             return False
-        if not self._decided_start:
-            stripped = self._buffer.lstrip()
-            undecided = not stripped or any(
-                len(stripped) < len(m) and m.startswith(stripped) for m in self._leading
-            )
-            if undecided and not final:
-                return False  # the reply may still open with a bare call
-            self._decided_start = True
-            if any(stripped.startswith(m) for m in self._leading):
-                self._leading_open = True
-                self._segment, self._buffer = self._buffer, ""
-                return False
+        if not self._decided_start and not self._decide_start(final):
+            return False
         top = self._stack[-1] if self._stack else None
         if top is not None and top[0] == "tool":
             return self._in_tool(top[1], events)
@@ -155,12 +154,17 @@ class StreamingProcessor:
         ends = [(top[1], top[1])] if top is not None and top[1] else []
         ends += [(before, "") for before in self._think_ends_before] if top is not None else []
         hit = _earliest(self._buffer, markers)
+        if top is None and self._json_calls is not None:
+            routed = self._open_json(hit, events, final)
+            if routed is not None:
+                return routed
         close = _earliest(self._buffer, ends)
         if close is not None and (hit is None or close[0] <= hit[0]):  # the thinking block closes
             at, _, taken = close
             self._emit(self._buffer[:at], events)
             self._buffer = self._buffer[at + len(taken) :]
             self._stack.pop()
+            self._line_start = True
             return True
         if hit is not None:
             at, start, end = hit
@@ -186,6 +190,22 @@ class StreamingProcessor:
         self._buffer = self._buffer[len(self._buffer) - hold :]
         return False
 
+    def _decide_start(self, final: bool) -> bool:
+        """Whether routing goes on: not while the reply may still open with a bare call (one of
+        the parser's leading markers), nor once it does (then it is withheld to the end)."""
+        stripped = self._buffer.lstrip()
+        undecided = not stripped or any(
+            len(stripped) < len(m) and m.startswith(stripped) for m in self._leading
+        )
+        if undecided and not final:
+            return False
+        self._decided_start = True
+        if any(stripped.startswith(m) for m in self._leading):
+            self._leading_open = True
+            self._segment, self._buffer = self._buffer, ""
+            return False
+        return True
+
     def _in_tool(self, end: str, events: list[StreamEvent]) -> bool:
         self._segment += self._buffer
         self._buffer = ""
@@ -199,6 +219,7 @@ class StreamingProcessor:
         segment, self._buffer = self._segment[: at + len(end)], self._segment[at + len(end) :]
         self._segment = ""
         self._stack.pop()
+        self._line_start = True
         self._close_segment(segment, events, inner=(self._segment_start, len(end)))
         return True
 
@@ -223,6 +244,51 @@ class StreamingProcessor:
             return
         self._record(calls, events)
 
+    # --- JSON blocks (fenced or bare calls; services/pipeline/json_calls.py) ---
+
+    def _open_json(
+        self, hit: tuple[int, str, str] | None, events: list[StreamEvent], final: bool
+    ) -> bool | None:
+        """Open a JSON block that starts before any marker (True), or wait at a fence not yet
+        decided (False); None when no block starts first."""
+        found = block_start(self._buffer, self._line_start)
+        if found is None or (hit is not None and hit[0] <= found[0]) or (final and not found[1]):
+            return None
+        at, opener = found
+        self._emit(self._buffer[:at], events)
+        if not opener:  # an undecided fence at the end: wait for the rest
+            self._buffer = self._buffer[at:]
+            return False
+        self._segment, self._buffer = self._buffer[at:], ""
+        self._stack.append(("json", opener))
+        self._block = BlockScan(fence=opener != "{")
+        return True
+
+    def _in_json(self, events: list[StreamEvent], final: bool) -> bool:
+        """Read the open block on; a call when it closes (or the output ends) holding calls to
+        declared tools, else its opener is content and the rest is routed again."""
+        assert self._json_calls is not None
+        self._segment += self._buffer
+        self._buffer = ""
+        end = self._block.end(self._segment)
+        too_long = (end or len(self._segment)) > MAX_BLOCK_CHARS
+        if end is None and not too_long and not final:
+            return False
+        calls: list[ToolCall] = []
+        if not too_long:
+            block = self._segment if end is None else self._segment[:end]
+            calls = self._json_calls.read(block, closed=end is not None)
+        opener = self._stack.pop()[1]
+        if calls:
+            self._buffer = self._segment[end:] if end is not None else ""
+            self._record(calls, events)
+            self._line_start = True
+        else:
+            self._emit(opener, events)
+            self._buffer = self._segment[len(opener) :]
+        self._segment = ""
+        return True
+
     def _record(self, calls: list[ToolCall], events: list[StreamEvent]) -> None:
         for call in calls:
             self._calls.append(call)
@@ -239,6 +305,9 @@ class StreamingProcessor:
         else:
             self._content.append(text)
             events.append(StreamEvent("content", text))
+            line = text.rstrip(" \t")
+            if line:
+                self._line_start = line.endswith("\n")
 
 
 def parse_output(
@@ -248,10 +317,15 @@ def parse_output(
     *,
     tools_declared: bool = False,
     starts_in_thinking: bool = False,
+    json_calls: JsonCallReader | None = None,
 ) -> ParseResult:
     """The batch result: the processor fed the whole output at once."""
     processor = StreamingProcessor(
-        tool_parser, thinking_parser, tools_declared=tools_declared, starts_in_thinking=starts_in_thinking
+        tool_parser,
+        thinking_parser,
+        tools_declared=tools_declared,
+        starts_in_thinking=starts_in_thinking,
+        json_calls=json_calls,
     )
     processor.feed(text)
     processor.finish()

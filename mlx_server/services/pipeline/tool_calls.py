@@ -102,6 +102,14 @@ def _coerce(value: Any, schema: dict[str, Any]) -> Any:
     return value
 
 
+def arguments_fit(arguments: dict[str, Any], schema: dict[str, Any]) -> bool:
+    """Whether `arguments`, coerced to the schema's types as calls are, are valid for it."""
+    try:
+        return not any(Draft202012Validator(schema).iter_errors(_coerce(arguments, schema)))
+    except SchemaError:
+        return True  # an invalid schema checks nothing (as for calls)
+
+
 class ToolCallChecker:
     """Per-request: knows the declared tools and the calls already returned."""
 

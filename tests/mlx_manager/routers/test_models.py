@@ -80,7 +80,34 @@ def test_import_gguf_by_path(page: TestClient, smollm_gguf: Path, tmp_path: Path
     assert missing.status_code == 400 and "No file at" in missing.text
     imported = page.post("/models/import", data={"path": str(smollm_gguf), "model_id": "smol-copy"})
     assert imported.status_code == 200 and "Imported smol-copy" in imported.text
+    assert '<span data-testid="source-quantization">from Q4_1</span>' in imported.text
     again = page.post("/models/import", data={"path": str(smollm_gguf), "model_id": "smol-copy"})
     assert again.status_code == 400 and "already exists" in again.text
     deleted = page.post("/models/smol-copy/delete")
     assert "Deleted smol-copy and its files" in deleted.text
+
+
+def test_inspect_shows_the_gguf_and_the_planned_import_before_it_starts(
+    page: TestClient, smollm_gguf: Path, tmp_path: Path
+) -> None:
+    plan = page.get("/models/import/inspect", params={"path": str(smollm_gguf)}, headers=HTMX)
+    assert plan.status_code == 200 and "<html" not in plan.text  # the plan alone, for htmx
+    assert '<code data-testid="gguf-architecture">llama</code>' in plan.text
+    assert "0.13 B" in plan.text  # 134.5 M parameters
+    assert (
+        "Q4_1, 93.8 MiB:" in plan.text
+        and "Q4_1 (210 tensors), Q8_0 (1 tensors), F32 (61 tensors)" in plan.text
+    )
+    assert "4-bit 79 %" in plan.text and "8-bit 21 %" in plan.text  # token_embd is Q8_0
+    eight = page.get(
+        "/models/import/inspect", params={"path": str(smollm_gguf), "quantization": "8bit"}, headers=HTMX
+    )
+    assert "8-bit 100 %" in eight.text
+    sizes = [float(r.text.split('gguf-planned-size">')[1].split(" MiB")[0]) for r in (plan, eight)]
+    assert sizes[1] > 1.3 * sizes[0]  # 8-bit weights take more room than 4-bit
+    full = page.get("/models/import/inspect", params={"path": str(smollm_gguf)})  # without JavaScript
+    assert "<html" in full.text and 'data-testid="gguf-plan"' in full.text
+    missing = page.get("/models/import/inspect", params={"path": str(tmp_path / "x.gguf")}, headers=HTMX)
+    assert "No file at" in missing.text
+    bad = page.get("/models/import/inspect", params={"path": str(smollm_gguf), "quantization": "3bit"})
+    assert bad.status_code == 422

@@ -131,15 +131,6 @@ def test_sentencepiece_gguf_tokenizer_uses_scores_as_merges(tmp_path: Path) -> N
     assert tokenizer.decode(encoding.ids, skip_special_tokens=True) == "ab c"
 
 
-def test_unsupported_architecture_is_named_and_nothing_is_written(tmp_path: Path) -> None:
-    meta = _tiny_llama_meta(SPM_TOKENS) | {"general.architecture": "qwen2"}
-    gguf = write_tiny_llama_gguf(tmp_path / "qwen.gguf", _tiny_llama_weights(len(SPM_TOKENS)), meta)
-    models = tmp_path / "models"
-    with pytest.raises(GGUFImportError, match="'qwen2' is not supported"):
-        convert_gguf(gguf, models / "qwen")
-    assert not models.exists() or not any(models.iterdir())
-
-
 @pytest.mark.parametrize("size", [0, 20, 4096, 5_000_000])
 def test_truncated_gguf_is_rejected_without_leftovers(tmp_path: Path, smollm_gguf: Path, size: int) -> None:
     broken = copy_truncated(smollm_gguf, tmp_path / "broken.gguf", size)

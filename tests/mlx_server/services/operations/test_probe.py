@@ -26,11 +26,11 @@ from mlx_server.services.operations.probe import (
     STEP_NAMES,
     ProbeRunningError,
     ProbeStep,
-    find_thinking_parser,
-    find_tool_parser,
+    _tool_detail,
     is_probe_running,
     probe_model,
 )
+from mlx_server.services.operations.probe_parsers import find_thinking_parser, find_tool_parser
 from mlx_server.utils.memory import GB, kv_bytes_per_token, practical_max_tokens
 from mlx_server.utils.metal import reset_metal_thread
 
@@ -117,6 +117,15 @@ def test_the_family_default_tool_parser_is_tried_first_then_every_registered_one
     other_tool = MistralParser().render_calls([make_tool_call("get_time", {})])
     assert find_tool_parser("hermes_json", other_tool) == "null"
     assert find_tool_parser("hermes_json", "The weather in Paris is sunny.") == "null"
+
+
+def test_a_call_written_as_fenced_json_keeps_the_family_default() -> None:
+    """Qwen2.5-Coder writes its call as a fenced JSON object; inference takes it with any parser
+    (services/pipeline/json_calls.py), so the family default stands, and the detail says how."""
+    fenced = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
+    assert find_tool_parser("hermes_json", fenced) == "hermes_json"
+    assert find_tool_parser("hermes_json", fenced.replace("get_weather", "get_time")) == "null"
+    assert "written as plain JSON" in _tool_detail("hermes_json", "hermes_json", fenced)
 
 
 def test_thinking_parsers_read_reasoning_also_after_a_block_the_prompt_opened() -> None:
