@@ -155,7 +155,9 @@ def qwen_server(tmp_path_factory: pytest.TempPathFactory, qwen_dir: Path) -> Ite
 
     home = tmp_path_factory.mktemp("qwen-home")
     register_in_home(home, {"qwen": qwen_dir})
-    server = ServerProcess(home, home / "serve.log", env={"MLX_SERVER_IDLE_TTL_SECONDS": "0"})
+    # Only Qwen: the default models are neither imported nor probed beside it.
+    env = {"MLX_SERVER_IDLE_TTL_SECONDS": "0", "MLX_MANAGER_IMPORT_DEFAULT_MODEL": "false"}
+    server = ServerProcess(home, home / "serve.log", env=env)
     server.start()
     yield server
     server.stop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -148,6 +149,19 @@ class ServerProcess:
                 pass
             time.sleep(0.25)
         raise AssertionError(f"no healthy answer within {timeout} s:\n{self.log.read_text()}")
+
+    def settle(self, timeout: float = 300) -> None:
+        """Wait for the probes `serve` runs once it has imported the default models (they load and
+        unload models, which a test of the pool must not see half-way)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            log = self.log.read_text(errors="replace")
+            imported = re.findall(r"imported default model (\S+) into", log)
+            if all(f"mlx_manager.probe: probed {model_id}:" in log for model_id in imported):
+                return
+            assert self.process is not None and self.process.poll() is None, f"serve exited:\n{log[-3000:]}"
+            time.sleep(0.5)
+        raise AssertionError(f"the first probes did not end within {timeout} s:\n{log[-3000:]}")
 
     def stop(self) -> None:
         """Stop gracefully (SIGTERM); fails if the process crashed on the way out."""

@@ -51,9 +51,12 @@ BORROWED = sysconfig.get_paths()["purelib"]  # this environment's site-packages
 
 
 def _no_deps_specs() -> list[str]:
-    """What the Makefile installs with --no-deps (name==version)."""
-    lines = re.findall(r"(?m)^[A-Z_0-9]+ := (.+)$", (ROOT / "Makefile").read_text())
-    return [spec for line in lines for spec in line.split() if "==" in spec]
+    """What `make install` (not the dev extras) adds with --no-deps (name==version)."""
+    makefile = (ROOT / "Makefile").read_text()
+    values = dict(re.findall(r"(?m)^([A-Z_0-9]+) := (.+)$", makefile))
+    recipe = makefile[makefile.index("$(VENV)/.installed:") : makefile.index("$(VENV)/.installed-dev:")]
+    named = re.findall(r"--no-deps((?: \$\([A-Z_0-9]+\))+)", recipe)
+    return [spec for line in named for var in re.findall(r"[A-Z_0-9]+", line) for spec in values[var].split()]
 
 
 def _declared() -> set[str]:

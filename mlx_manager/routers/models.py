@@ -150,13 +150,15 @@ def _gguf_path(path: str) -> Path:
 async def inspect_import(
     request: Request,
     session: SessionDep,
-    path: Annotated[str, Query(max_length=4096)],
+    path: Annotated[str, Query(max_length=4096)] = "",
     quantization: Annotated[GGUFQuantization, Query()] = "auto",
 ) -> HTMLResponse:
     """What the GGUF file holds and what importing it stores (htmx: the plan alone)."""
     gguf = _gguf_path(path)
-    plan = GGUFPlan(path=str(gguf))
-    if not gguf.is_file():
+    plan = GGUFPlan(path=str(gguf) if path.strip() else "")
+    if not path.strip():
+        plan.error = "Give the full path of a .gguf file to inspect."
+    elif not gguf.is_file():
         plan.error = f"No file at {gguf}; give the full path of a .gguf file."
     else:
         try:

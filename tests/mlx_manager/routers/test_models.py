@@ -109,5 +109,7 @@ def test_inspect_shows_the_gguf_and_the_planned_import_before_it_starts(
     assert "<html" in full.text and 'data-testid="gguf-plan"' in full.text
     missing = page.get("/models/import/inspect", params={"path": str(tmp_path / "x.gguf")}, headers=HTMX)
     assert "No file at" in missing.text
+    empty = page.get("/models/import/inspect", headers=HTMX)  # the form sent with no path
+    assert empty.status_code == 200 and "Give the full path of a .gguf file" in empty.text
     bad = page.get("/models/import/inspect", params={"path": str(smollm_gguf), "quantization": "3bit"})
     assert bad.status_code == 422

@@ -55,6 +55,7 @@ def inference_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     }
     server = ServerProcess(home, home / "serve.log", env=env)
     server.start()
+    server.settle()
     yield server
     server.stop()
 
