@@ -84,7 +84,17 @@ class MetalThread:
                     self._busy_seconds += self._idle_since - (self._job_started or self._idle_since)
                     self._job_started = None
 
-        return self._executor.submit(job)
+        future = self._executor.submit(job)
+        future.add_done_callback(self._forget_if_cancelled)
+        return future
+
+    def _forget_if_cancelled(self, future: Future[Any]) -> None:
+        """A job cancelled before it started (its awaiting request was cancelled: a client that
+        left while queued) never runs: it waits no longer. Counted still, it would make a held
+        batch give the thread up after every step, and a fair stream wait forever for others."""
+        if future.cancelled():
+            with self._waiting_lock:
+                self._waiting -= 1
 
     def busy_seconds(self) -> float:
         """Seconds the thread has spent running jobs, the running one's so far included."""

@@ -10,7 +10,7 @@ import itertools
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import mlx.core as mx
@@ -283,6 +283,35 @@ def test_stream_abandoned_while_queued_never_starts_its_work(runner: MetalThread
 
     asyncio.run(main())
     assert started == []
+
+
+def test_a_request_cancelled_while_queued_leaves_no_one_waiting(runner: MetalThread) -> None:
+    """After a client left while its request was queued, a transcription's windows (a fair
+    stream) still run back to back: before, they waited for that request's turn forever."""
+
+    def windows() -> Iterator[float]:
+        for _ in range(3):
+            time.sleep(WINDOW_S)
+            yield time.monotonic()
+
+    async def main() -> list[float]:
+        busy = asyncio.ensure_future(runner.run(lambda: time.sleep(0.3)))
+        waiting = asyncio.ensure_future(runner.run(lambda: None))
+        await asyncio.sleep(0.05)
+        waiting.cancel()  # the client disconnects while its request is still queued
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await busy
+        return await asyncio.wait_for(_ends(runner.stream(windows, fair=True)), timeout=30)
+
+    ends = asyncio.run(main())
+    # Without waiting for a job that will never run (before: until the 30 s above ran out); the
+    # margin is for a loaded machine, the wait was unbounded.
+    assert ends[-1] - ends[0] < 10 * WINDOW_S
+
+
+async def _ends(stream: AsyncIterator[float]) -> list[float]:
+    return [end async for end in stream]
 
 
 def _story_steps(smollm: tuple[Any, Any], closed_on: list[str]) -> Callable[[], Iterator[int]]:
