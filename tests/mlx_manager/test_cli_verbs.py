@@ -219,7 +219,13 @@ def _pull_from_the_hub(hub: HubServer) -> None:
     the probe on arrival; then the model answers."""
     hub.throttle_bps = 8 * 2**20  # ~14 s for the weights: time to see the bar and stop it
     stopped = spawn("pull", SMOLLM_REPO)
-    stopped.expect(r"[1-9][\d.]*/[\d.]+ MiB")  # the bar's bytes so far of the total
+    seen = io.StringIO()
+    stopped.logfile_read = seen
+    try:
+        stopped.expect(r"[1-9][\d.]*/[\d.]+ MiB")  # the bar's bytes so far of the total
+    except pexpect.EOF:
+        shown = ANSI.sub("", seen.getvalue())
+        raise AssertionError(f"the pull ended before its bar showed bytes:\n{shown}") from None
     stopped.sendintr()
     stopped.expect_exact(f"`mlx-manager pull {SMOLLM_REPO}` resumes")
     stopped.expect(pexpect.EOF)
