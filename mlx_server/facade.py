@@ -91,6 +91,7 @@ from mlx_server.services.operations.conversion import (
     convert_model,
     plan_conversion,
 )
+from mlx_server.services.operations.engine_samples import EngineSample, engine_samples
 from mlx_server.services.operations.generation_defaults import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
@@ -236,6 +237,7 @@ __all__ = [
     "ConversionProgress",
     "DiskModel",
     "Embeddings",
+    "EngineSample",
     "Finish",
     "FinishReason",
     "GGUFImportError",
@@ -317,6 +319,7 @@ __all__ = [
     "distinct_values",
     "draft_candidates",
     "ended_rows",
+    "engine_samples",
     "ensure_default_models",
     "expand_user",
     "generate_chat_completion",
