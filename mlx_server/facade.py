@@ -8,8 +8,6 @@ run-time settings overrides, and the benchmarks' command line and report file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mlx_server import __version__
 from mlx_server.api.error_shapes import ContainErrors
 from mlx_server.api.metrics import PageAccess, metrics_router
@@ -30,7 +28,6 @@ from mlx_server.models.detection import ModelType, detect_model_type, read_chat_
 from mlx_server.models.disk import DiskModel, expand_user, inspect_path
 from mlx_server.models.gguf_file import Quantization as GGUFQuantization
 from mlx_server.models.gguf_import import GGUFImportError, GGUFInfo, inspect_gguf
-from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
     add_model,
@@ -125,9 +122,13 @@ from mlx_server.services.operations.model_registration import (
 )
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
+    PoolState,
     load_model,
+    memory_budget_bytes,
     pool_limits,
+    pool_state,
     pool_status,
+    pool_summary,
     reset_pool_limits,
     set_pinned,
     set_pool_limits,
@@ -182,34 +183,6 @@ from mlx_server.services.transcription.transcribe import (
 )
 from mlx_server.utils.bounded import bounded, clip
 from mlx_server.utils.sliding_window import SlidingWindow
-
-
-def pool_summary() -> dict[str, int]:
-    """The dashboard header's pool indicator: models loaded, memory used and the budget."""
-    status = get_model_pool().status()
-    return {"loaded": len(status["models"]), "used": status["used_bytes"], "budget": status["budget_bytes"]}
-
-
-@dataclass(frozen=True)
-class PoolState:
-    """One model's place in the pool right now."""
-
-    loaded: bool
-    pinned: bool = False
-    busy: bool = False  # serving requests
-
-
-def pool_state(model_id: str) -> PoolState:
-    loaded = get_model_pool().get_loaded(model_id)
-    if loaded is None:
-        return PoolState(loaded=False)
-    return PoolState(loaded=True, pinned=loaded.pinned, busy=loaded.active > 0)
-
-
-def memory_budget_bytes() -> int:
-    """The pool's memory budget (what a model must fit in)."""
-    return get_model_pool().budget_bytes
-
 
 __all__ = [
     "CONVERT_BITS",
