@@ -100,6 +100,13 @@ from mlx_server.services.operations.lora_adapters import (
     register_adapter,
     remove_adapter,
 )
+from mlx_server.services.operations.model_benchmark import (
+    BENCHMARK_SIZES,
+    BenchmarkFigures,
+    BenchmarkProgress,
+    benchmark_model,
+    check_benchmark,
+)
 from mlx_server.services.operations.model_defaults import (
     model_defaults,
     set_model_defaults,
@@ -185,6 +192,7 @@ from mlx_server.utils.bounded import bounded, clip
 from mlx_server.utils.sliding_window import SlidingWindow
 
 __all__ = [
+    "BENCHMARK_SIZES",
     "CONVERT_BITS",
     "CONVERT_GROUP_SIZES",
     "DEFAULT_HOME",
@@ -204,6 +212,8 @@ __all__ = [
     "AuditState",
     "BackendIn",
     "BareHelpGroup",
+    "BenchmarkFigures",
+    "BenchmarkProgress",
     "CompletionStats",
     "ContainErrors",
     "ConversionPlan",
@@ -270,8 +280,10 @@ __all__ = [
     "audit_service",
     "backend_view",
     "bench_arguments",
+    "benchmark_model",
     "bind_refusal",
     "bounded",
+    "check_benchmark",
     "check_request",
     "clip",
     "configure_tracing",
