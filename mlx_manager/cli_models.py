@@ -1,7 +1,7 @@
-"""`mlx-manager models add | scan | convert | set`: models already on disk, conversion to MLX,
-and each model's defaults. Merged into cli.py's `models` group; each command works on the
-database directly (like `models import-gguf`), so it needs no running server. A running server
-sees what it adds at once and a changed default within seconds."""
+"""`mlx-manager models add | scan | convert | set | bench`: models already on disk, conversion
+to MLX, each model's defaults, and its benchmark. Merged into cli.py's `models` group; each
+command works on the database directly (like `models import-gguf`), so it needs no running
+server. A running server sees what it adds at once and a changed default within seconds."""
 
 from __future__ import annotations
 
@@ -16,9 +16,12 @@ from sqlmodel import Session
 
 from mlx_manager.config import get_manager_settings
 from mlx_manager.services.local_models import added_how
+from mlx_manager.services.model_benchmarks import run_benchmark
 from mlx_manager.services.model_discovery import scan_models
 from mlx_server.facade import (
+    BENCHMARK_SIZES,
     APIError,
+    BenchmarkProgress,
     ConversionProgress,
     GGUFImportError,
     ModelDefaults,
@@ -36,6 +39,7 @@ from mlx_server.facade import (
     parse_assignments,
     plan_conversion,
     probe_model,
+    serving_process,
     update_model_defaults,
     upgrade_database,
     use_server_settings,
@@ -189,3 +193,51 @@ def models_set(
     except (ModelDefaultsError, APIError) as exc:
         raise _fail(getattr(exc, "message", str(exc))) from exc
     _print_defaults(model_id, defaults)
+
+
+@app.command("bench")
+def models_bench(
+    model_id: Annotated[str, typer.Argument(help="A registered text model id (`models list`).")],
+    prompt_tokens: Annotated[int, typer.Option("--prompt-tokens", "-p", help="Prompt length.")] = (
+        BENCHMARK_SIZES.prompt_tokens
+    ),
+    generated_tokens: Annotated[int, typer.Option("--generated-tokens", "-g", help="Tokens decoded.")] = (
+        BENCHMARK_SIZES.generated_tokens
+    ),
+) -> None:
+    """Benchmark a model in this process: prefill and decode tokens/s, time to first token and
+    peak memory of a short fixed run (random prompt, greedy, after a warm-up). Kept with the
+    runs the Benchmarks page shows."""
+    _migrate()
+    home = get_manager_settings().home.expanduser()
+    if (server := serving_process(home)) is not None:
+        typer.echo(
+            f"note: a server (pid {server.pid}) runs on this home; it shares the machine with this run"
+        )
+    stages: list[str] = []
+
+    def progress(step: BenchmarkProgress) -> None:
+        if not stages or step.stage != stages[-1]:
+            typer.echo(f"  {step.stage}")
+            stages.append(step.stage)
+
+    try:
+        run = asyncio.run(
+            run_benchmark(model_id, progress, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens)
+        )
+    except ModelNotFoundError as exc:
+        raise _fail(f"no model {model_id!r}; `mlx-manager models list` shows the registered ones") from exc
+    except APIError as exc:
+        raise _fail(exc.message) from exc
+    except KeyboardInterrupt:
+        raise _fail("cancelled; nothing was kept", code=130) from None
+    typer.echo(
+        f"{run.model_id}: {run.prompt_tokens} prompt tokens, {run.generated_tokens} generated on {run.device}"
+    )
+    typer.echo(f"  prefill      {run.prefill_tokens_per_s:.1f} tok/s")
+    typer.echo(f"  decode       {run.decode_tokens_per_s:.1f} tok/s")
+    typer.echo(f"  first token  {run.ttft_s:.2f} s")
+    typer.echo(
+        f"  peak memory  {run.peak_memory_bytes / 2**20:.1f} MiB (weights {run.model_bytes / 2**20:.1f} MiB)"
+    )
+    typer.echo("kept; the Benchmarks page shows every run")

@@ -15,6 +15,7 @@ from mlx_manager.routers import (
     admin_api,
     audit,
     backends,
+    benchmarks,
     chat,
     chat_stream,
     chat_voice,
@@ -34,6 +35,7 @@ from mlx_manager.routers.settings import router as settings_router
 from mlx_manager.services.chat_jobs import chat_services
 from mlx_manager.services.conversion_jobs import conversion_services
 from mlx_manager.services.downloads import download_services
+from mlx_manager.services.model_benchmarks import benchmark_services
 from mlx_manager.services.ollama_pulls import pulls_for_ollama
 from mlx_manager.services.probe_jobs import probe_services
 from mlx_manager.web.csrf import CSRFMiddleware
@@ -59,7 +61,7 @@ from mlx_server.facade import (
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """The embedded server has no lifespan of its own: the manager runs the server's services,
     then its own (hub downloads, resumed where a previous run left them; pulls for Ollama's
-    /api/pull; the first probes; conversions)."""
+    /api/pull; the first probes; conversions; chat turns; model benchmarks)."""
     async with (
         server_services(),
         download_services(),
@@ -67,6 +69,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         probe_services(app.state.probe_at_start),
         conversion_services(),
         chat_services(),
+        benchmark_services(),
     ):
         yield
 
@@ -114,6 +117,7 @@ def create_app(settings: ManagerSettings | None = None, *, probe_at_start: Seque
             model_disk,  # before models: its /models/{id} would take /models/discovered
             models,
             server,
+            benchmarks,
             chat,
             chat_stream,
             chat_voice,

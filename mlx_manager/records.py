@@ -1,5 +1,5 @@
 """Manager-owned tables: playground conversations and their messages, hub download jobs, the
-dashboard's admin account, MCP servers."""
+dashboard's admin account, MCP servers, model benchmarks."""
 
 from __future__ import annotations
 
@@ -125,3 +125,25 @@ class McpServer(SQLModel, table=True):
     headers: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+
+
+class ModelBenchmark(SQLModel, table=True):
+    """One benchmark run of a model (services/model_benchmarks.py): a fixed prompt and number of
+    generated tokens through the server's engine, and what they measured (migration 0020). The
+    rows outlive their model: a deleted model's figures stay comparable."""
+
+    __tablename__ = "model_benchmarks"
+
+    id: int | None = Field(default=None, primary_key=True)
+    model_id: str = Field(max_length=255, index=True)
+    prompt_tokens: int
+    generated_tokens: int
+    ttft_s: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    peak_memory_bytes: int
+    model_bytes: int
+    load_s: float | None = None  # None: the model was loaded already
+    device: str = Field(max_length=255)
+    versions: str = Field(max_length=255)
+    created_at: datetime = Field(default_factory=utcnow, index=True)

@@ -86,6 +86,9 @@ class MLXServerSettings(BaseSettings):
 
     # GET /metrics without an admin API key or a dashboard login (api/metrics.py).
     metrics_public: bool = False
+    # The Server page's charts: the engine's figures are sampled this often and kept for an hour
+    # in memory (services/operations/engine_samples.py).
+    engine_sample_seconds: float = Field(default=2.0, ge=0.2, le=60)
 
     # Audit rows older than this are pruned by a scheduled job; 0 keeps them forever.
     audit_retention_days: int = Field(default=30, ge=0)

@@ -8,8 +8,6 @@ run-time settings overrides, and the benchmarks' command line and report file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from mlx_server import __version__
 from mlx_server.api.error_shapes import ContainErrors
 from mlx_server.api.metrics import PageAccess, metrics_router
@@ -30,7 +28,6 @@ from mlx_server.models.detection import ModelType, detect_model_type, read_chat_
 from mlx_server.models.disk import DiskModel, expand_user, inspect_path
 from mlx_server.models.gguf_file import Quantization as GGUFQuantization
 from mlx_server.models.gguf_import import GGUFImportError, GGUFInfo, inspect_gguf
-from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import (
     ModelStoreError,
     add_model,
@@ -91,6 +88,7 @@ from mlx_server.services.operations.conversion import (
     convert_model,
     plan_conversion,
 )
+from mlx_server.services.operations.engine_samples import EngineSample, engine_samples
 from mlx_server.services.operations.generation_defaults import (
     MAX_DEFAULT_MAX_TOKENS,
     default_max_tokens_setting,
@@ -101,6 +99,13 @@ from mlx_server.services.operations.lora_adapters import (
     adapter_views,
     register_adapter,
     remove_adapter,
+)
+from mlx_server.services.operations.model_benchmark import (
+    BENCHMARK_SIZES,
+    BenchmarkFigures,
+    BenchmarkProgress,
+    benchmark_model,
+    check_benchmark,
 )
 from mlx_server.services.operations.model_defaults import (
     model_defaults,
@@ -124,9 +129,13 @@ from mlx_server.services.operations.model_registration import (
 )
 from mlx_server.services.operations.pool_admin import (
     PoolLimits,
+    PoolState,
     load_model,
+    memory_budget_bytes,
     pool_limits,
+    pool_state,
     pool_status,
+    pool_summary,
     reset_pool_limits,
     set_pinned,
     set_pool_limits,
@@ -182,35 +191,8 @@ from mlx_server.services.transcription.transcribe import (
 from mlx_server.utils.bounded import bounded, clip
 from mlx_server.utils.sliding_window import SlidingWindow
 
-
-def pool_summary() -> dict[str, int]:
-    """The dashboard header's pool indicator: models loaded, memory used and the budget."""
-    status = get_model_pool().status()
-    return {"loaded": len(status["models"]), "used": status["used_bytes"], "budget": status["budget_bytes"]}
-
-
-@dataclass(frozen=True)
-class PoolState:
-    """One model's place in the pool right now."""
-
-    loaded: bool
-    pinned: bool = False
-    busy: bool = False  # serving requests
-
-
-def pool_state(model_id: str) -> PoolState:
-    loaded = get_model_pool().get_loaded(model_id)
-    if loaded is None:
-        return PoolState(loaded=False)
-    return PoolState(loaded=True, pinned=loaded.pinned, busy=loaded.active > 0)
-
-
-def memory_budget_bytes() -> int:
-    """The pool's memory budget (what a model must fit in)."""
-    return get_model_pool().budget_bytes
-
-
 __all__ = [
+    "BENCHMARK_SIZES",
     "CONVERT_BITS",
     "CONVERT_GROUP_SIZES",
     "DEFAULT_HOME",
@@ -230,12 +212,15 @@ __all__ = [
     "AuditState",
     "BackendIn",
     "BareHelpGroup",
+    "BenchmarkFigures",
+    "BenchmarkProgress",
     "CompletionStats",
     "ContainErrors",
     "ConversionPlan",
     "ConversionProgress",
     "DiskModel",
     "Embeddings",
+    "EngineSample",
     "Finish",
     "FinishReason",
     "GGUFImportError",
@@ -295,8 +280,10 @@ __all__ = [
     "audit_service",
     "backend_view",
     "bench_arguments",
+    "benchmark_model",
     "bind_refusal",
     "bounded",
+    "check_benchmark",
     "check_request",
     "clip",
     "configure_tracing",
@@ -317,6 +304,7 @@ __all__ = [
     "distinct_values",
     "draft_candidates",
     "ended_rows",
+    "engine_samples",
     "ensure_default_models",
     "expand_user",
     "generate_chat_completion",

@@ -26,6 +26,7 @@ from mlx_server.database import database_status, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.observability import configure_tracing
 from mlx_server.services.operations.audit import audit_service, mark_interrupted
+from mlx_server.services.operations.engine_samples import start_engine_sampling
 from mlx_server.services.operations.metrics import ServerMetrics
 from mlx_server.services.operations.model_registration import cancel_arrival_probes
 from mlx_server.services.operations.pool_admin import apply_stored_pool_limits
@@ -69,8 +70,9 @@ async def server_services() -> AsyncIterator[None]:
     """What the server needs while it serves, for whichever app owns the lifespan.
 
     Migrates the database, marks audit rows a killed run left in flight as interrupted, starts
-    the audit writer and the scheduler (audit retention now and hourly); on exit stops the
-    scheduler and writes the audit rows still queued.
+    the audit writer and the scheduler (audit retention now and hourly, the idle sweep, the
+    engine samples the Server page charts); on exit stops the scheduler and writes the audit
+    rows still queued.
     Further periodic jobs: `schedule_every(...)` here, before the scheduler starts.
 
     Then it freezes the garbage collector's view of what exists (gc.freeze): the ~200 000
@@ -97,6 +99,7 @@ async def server_services() -> AsyncIterator[None]:
     idle_ttl = get_model_pool().idle_ttl_seconds
     sweep_seconds = min(60.0, max(1.0, idle_ttl / 4)) if idle_ttl > 0 else 60.0
     schedule_every(_evict_idle_models, job_id=POOL_IDLE_JOB, seconds=sweep_seconds)
+    start_engine_sampling()  # the Server page's charts
     if owns_scheduler:
         scheduler.start()
     gc.freeze()

@@ -28,6 +28,7 @@ from mlx_manager.services.local_models import (
     local_model,
     local_models,
 )
+from mlx_manager.services.model_benchmarks import RUN_SIZES, benchmark_rows, get_benchmark_jobs
 from mlx_manager.services.model_defaults_form import FIELDS, defaults_inputs, save_defaults_form
 from mlx_manager.services.model_options_form import options_view, save_options_form
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs, start_probe
@@ -357,8 +358,15 @@ async def save_defaults(request: Request, session: SessionDep, model_id: str) ->
 
 @router.get("/{model_id:path}", response_class=HTMLResponse)
 def model_detail(request: Request, session: SessionDep, model_id: str) -> HTMLResponse:
-    """What the probe found (or is finding) for one model; re-probe and set options from here."""
+    """What the probe found (or is finding) for one model; re-probe, set options and benchmark
+    it from here."""
     model = local_model(session, model_id)
     if model is None:
         return _page(request, session, error=_missing(model_id), status=404)
-    return _detail(request, model)
+    return _detail(
+        request,
+        model,
+        bench_job=get_benchmark_jobs().get(model.id),
+        benchmark_runs=benchmark_rows(session, model.id),
+        sizes=RUN_SIZES,
+    )

@@ -1,21 +1,51 @@
-"""Server page: the model pool (loaded models, memory, last use, pins), its limits (stored,
-applied live) and unload-all; plus the pool indicator every page shows in its header."""
+"""Server page: the engine's charts (decode and prefill tokens/s, queue, running sequences,
+prompt-cache hit rate, memory, updated live), the model pool (loaded models, memory, last use,
+pins), its limits (stored, applied live) and unload-all; plus the pool indicator every page
+shows in its header."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from mlx_manager.web.charts import DEFAULT_MINUTES, SPANS, engine_charts
 from mlx_manager.web.templating import render, templates, wants_fragment
-from mlx_server.facade import pool_limits, pool_status, reset_pool_limits, set_pool_limits
+from mlx_server.facade import (
+    engine_samples,
+    get_server_settings,
+    pool_limits,
+    pool_status,
+    reset_pool_limits,
+    set_pool_limits,
+)
 from mlx_server.facade import unload_all as unload_all_models
 
 router = APIRouter(prefix="/server")
 
 
-def _page(request: Request, *, message: str | None = None, error: str | None = None) -> HTMLResponse:
+def _charts(minutes: int) -> dict[str, Any]:
+    """The charts' context: the samples of the span drawn (one of SPANS, else the hour), polled
+    as often as they are taken."""
+    minutes = minutes if minutes in SPANS else DEFAULT_MINUTES
+    interval = get_server_settings().engine_sample_seconds
+    return {
+        "charts": engine_charts(engine_samples(minutes * 60), minutes, interval),
+        "minutes": minutes,
+        "spans": SPANS,
+        "interval": f"{interval:g}",
+        "poll_seconds": f"{max(1.0, interval):g}",
+    }
+
+
+def _page(
+    request: Request,
+    *,
+    message: str | None = None,
+    error: str | None = None,
+    minutes: int = DEFAULT_MINUTES,
+) -> HTMLResponse:
     return render(
         request,
         "server.html",
@@ -25,12 +55,19 @@ def _page(request: Request, *, message: str | None = None, error: str | None = N
         message=message,
         error=error,
         status_code=400 if error else 200,
+        **_charts(minutes),
     )
 
 
 @router.get("", response_class=HTMLResponse)
-def server_page(request: Request) -> HTMLResponse:
-    return _page(request)
+def server_page(request: Request, minutes: int = DEFAULT_MINUTES) -> HTMLResponse:
+    return _page(request, minutes=minutes)
+
+
+@router.get("/charts", response_class=HTMLResponse)
+def charts(request: Request, minutes: int = DEFAULT_MINUTES) -> HTMLResponse:
+    """The charts alone: the page polls them."""
+    return templates.TemplateResponse(request, "partials/server_charts.html", _charts(minutes))
 
 
 @router.get("/indicator", response_class=HTMLResponse)

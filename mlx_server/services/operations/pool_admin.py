@@ -1,5 +1,6 @@
-"""Pool operations for the admin API and the dashboard: status, load (pin), unload, and the
-pool's limits changed at run time (stored as setting overrides, applied live)."""
+"""Pool operations for the admin API and the dashboard: status (and the header's summary, one
+model's state, the budget), load (pin), unload, and the pool's limits changed at run time
+(stored as setting overrides, applied live)."""
 
 from __future__ import annotations
 
@@ -167,3 +168,30 @@ async def unload_all() -> list[str]:
             continue
         unloaded.append(model_id)
     return unloaded
+
+
+def pool_summary() -> dict[str, int]:
+    """The dashboard header's pool indicator: models loaded, memory used and the budget."""
+    status = get_model_pool().status()
+    return {"loaded": len(status["models"]), "used": status["used_bytes"], "budget": status["budget_bytes"]}
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One model's place in the pool right now."""
+
+    loaded: bool
+    pinned: bool = False
+    busy: bool = False  # serving requests
+
+
+def pool_state(model_id: str) -> PoolState:
+    loaded = get_model_pool().get_loaded(model_id)
+    if loaded is None:
+        return PoolState(loaded=False)
+    return PoolState(loaded=True, pinned=loaded.pinned, busy=loaded.active > 0)
+
+
+def memory_budget_bytes() -> int:
+    """The pool's memory budget (what a model must fit in)."""
+    return get_model_pool().budget_bytes

@@ -44,6 +44,7 @@ from mlx_server.services.pipeline.speculative import (
 from mlx_server.services.pipeline.stop_strings import StopStringFilter
 from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
 from mlx_server.services.pipeline.vision import VisionInputs, text_inputs, vision_token_steps
+from mlx_server.utils.engine_counters import engine_counters
 from mlx_server.utils.metal import stream_on_metal_thread
 
 # Seconds a client told "busy" should wait before retrying.
@@ -279,9 +280,11 @@ async def generate_text(
             if first_token_at is None:
                 first_token_at = stats.first_token_at = now
                 stats.ttft_s = now - started
+                engine_counters.prompt_done(len(prompt), stats.cached_prompt_tokens)
             stats.decode_s = now - first_token_at
             if step.finish_reason is None:  # a generated token (the end-of-turn token is not counted)
                 stats.completion_tokens += 1
+                engine_counters.generated_tokens += 1  # the Server page's charts
             text = stop_filter.feed(step.text)
             logprobs = [step.logprob] if step.logprob is not None else []
             if stop_filter.stopped:
