@@ -70,5 +70,6 @@ def test_a_streamed_request_with_five_beams_hears_the_brown_fox(server: TestClie
     with Session(get_engine()) as session:
         [row] = session.exec(select(AuditLog).where(AuditLog.endpoint == "POST /v1/audio/transcriptions"))
     assert row.status == 200 and row.stream and (row.parameters or {}).get("beam_size") == 5
-    too_many = _hear(server, fox_clip, beam_size="17")
-    assert too_many.status_code == 400 and "beam_size" in too_many.text, too_many.text
+    for field, value in (("beam_size", "17"), ("beam_size", "0"), ("patience", "0")):
+        refused = _hear(server, fox_clip, **{"beam_size": "5", field: value})
+        assert refused.status_code == 400 and field in refused.text, refused.text
