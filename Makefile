@@ -63,6 +63,7 @@ bench: install-dev
 	$(BIN)/python -m mlx_server.benchmark.embeddings --runs 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.remote --tokens 128 --runs 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.transcription --runs 2 --write docs/benchmarks.md
+	$(BIN)/python -m mlx_server.benchmark.transcription_beams --runs 2 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.images --runs 5 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_manager.benchmark.dashboard_pages --write docs/benchmarks.md
 

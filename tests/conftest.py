@@ -213,6 +213,14 @@ def fox_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def sentences_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """espeak-ng saying 22 short sentences (SPOKEN) in one go, fast (WAV, about 46 s)."""
+    from tests.fixtures.speech_clips import SENTENCES_RATE, SPOKEN, speak
+
+    return speak(SPOKEN, tmp_path_factory.mktemp("speech") / "sentences.wav", rate=SENTENCES_RATE)
+
+
+@pytest.fixture(scope="session")
 def tiny_vision_dir(tmp_path_factory: pytest.TempPathFactory, smollm_dir: Path) -> Path:
     """A tiny random-weight Qwen2.5-VL directory (tests/fixtures/tiny_vision_model.py), ~2 s."""
     from tests.fixtures.tiny_vision_model import build_tiny_vision_model

@@ -17,6 +17,7 @@ MAX_SYSTEM_PROMPT_CHARS = 100_000
 # Stop strings a model may keep as its default (Ollama's Modelfiles set a few: "<|im_end|>", ...).
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1024
+MAX_BEAM_SIZE = 16  # Whisper's beams; each is one more row in every decoding step
 # What `models set ID KEY=` accepts for "clear this default".
 CLEAR_WORDS = ("", "none", "null", "default", "unset")
 
@@ -51,6 +52,12 @@ class ModelDefaults(BaseModel):
     )
     system_prompt: str | None = Field(default=None, max_length=MAX_SYSTEM_PROMPT_CHARS)
     thinking: bool | None = Field(default=None, description="Reasoning on or off where the template can")
+    beam_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BEAM_SIZE,
+        description="Speech to text: beams of Whisper's beam search at temperature 0 (1: greedy)",
+    )
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -17,6 +17,7 @@ from mlx_server.api.audit_middleware import CLIENT_CLOSED_REQUEST, AuditDetails,
 from mlx_server.api.disconnect import until_disconnected
 from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
+from mlx_server.models.defaults import MAX_BEAM_SIZE
 from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS
 from mlx_server.services.pipeline.catalog import resolve_model
 from mlx_server.services.transcription.audio_input import inspect_audio
@@ -43,6 +44,10 @@ ModelField = Annotated[str, Form(max_length=MAX_MODEL_NAME_CHARS)]
 FormatField = Annotated[ResponseFormat, Form()]
 PromptField = Annotated[str | None, Form(max_length=2000)]
 TemperatureField = Annotated[float | None, Form(ge=0.0, le=1.0)]
+# Ours (OpenAI's API has neither): Whisper's beam search at temperature 0; left out, the model's
+# default beam size applies (1, greedy, unless set). Patience: arXiv:2204.05424.
+BeamSizeField = Annotated[int | None, Form(ge=1, le=MAX_BEAM_SIZE)]
+PatienceField = Annotated[float, Form(gt=0.0, le=4.0)]
 
 
 def _spool(upload: UploadFile) -> Path:
@@ -62,6 +67,8 @@ async def _respond(
     details = audit_details(request)
     details.model, details.protocol, details.stream = model, "openai", stream
     details.parameters = {"response_format": response_format, "task": options.task}
+    if options.beam_size is not None:
+        details.parameters["beam_size"] = options.beam_size
     path, streaming = _spool(upload), False
     try:
         audio = inspect_audio(path, upload.filename or "file")
@@ -122,10 +129,17 @@ async def create_transcription(
     temperature: TemperatureField = None,
     timestamp_granularities: Annotated[list[str], Form(alias="timestamp_granularities[]")] = [],  # noqa: B006
     stream: Annotated[bool, Form()] = False,
+    beam_size: BeamSizeField = None,
+    patience: PatienceField = 1.0,
 ) -> Response:
     granularities = _granularities(timestamp_granularities, response_format)
     options = TranscriptionOptions(
-        language=language, prompt=prompt, temperature=temperature, words="word" in granularities
+        language=language,
+        prompt=prompt,
+        temperature=temperature,
+        words="word" in granularities,
+        beam_size=beam_size,
+        patience=patience,
     )
     return await _respond(request, file, model, options, response_format, granularities, stream)
 
@@ -138,7 +152,11 @@ async def create_translation(
     prompt: PromptField = None,
     response_format: FormatField = "json",
     temperature: TemperatureField = None,
+    beam_size: BeamSizeField = None,
+    patience: PatienceField = 1.0,
 ) -> Response:
     task: Task = "translate"
-    options = TranscriptionOptions(task=task, prompt=prompt, temperature=temperature)
+    options = TranscriptionOptions(
+        task=task, prompt=prompt, temperature=temperature, beam_size=beam_size, patience=patience
+    )
     return await _respond(request, file, model, options, response_format, set(), stream=False)

@@ -12,13 +12,14 @@ holds a chat back by at most one window.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import ENDPOINTS, LoadedModel, read_spec
 from mlx_server.models.pool import get_model_pool
+from mlx_server.services.operations.model_defaults import current_defaults
 from mlx_server.services.pipeline.generation import admission
 from mlx_server.services.transcription.audio_input import AudioFile, samples_16k
 from mlx_server.services.transcription.whisper_windows import SampleReader, Samples, WhisperWindows
@@ -55,6 +56,8 @@ class TranscriptionOptions:
     prompt: str | None = None
     temperature: float | None = None  # None: Whisper's fallback ladder 0.0, 0.2, ... 1.0
     words: bool = False
+    beam_size: int | None = None  # None: the model's default, else 1 (greedy)
+    patience: float = 1.0  # beam search ends once round(beam_size * patience) texts are finished
 
 
 @dataclass
@@ -146,6 +149,8 @@ def _windows(
         temperature=options.temperature,
         prompt=options.prompt,
         words=options.words,
+        beam_size=options.beam_size or 1,
+        patience=options.patience,
     )
 
 
@@ -177,10 +182,13 @@ async def transcribe_audio(
 ) -> AsyncGenerator[list[Segment], None]:
     """Each window's segments as it is recognised, added to `transcript` too. The model is leased
     when the first window is asked for and released when the stream ends or is dropped;
-    `check_request` has already refused what cannot work."""
+    `check_request` has already refused what cannot work. A request without `beam_size` takes
+    the model's default (models/defaults.py)."""
     admission.acquire()
     try:
         async with get_model_pool().lease(model_id, ModelType.SPEECH_TO_TEXT) as loaded:
+            if options.beam_size is None:
+                options = replace(options, beam_size=current_defaults(loaded).beam_size)
             windows = stream_on_metal_thread(lambda: recognise(loaded, audio, options, transcript), fair=True)
             async for heard in windows:
                 yield heard

@@ -7,8 +7,10 @@ all of them), and cutting the audio into 30 s pieces instead made every piece pa
 window (its tail, padded) and hear its cut last segment again. This is the same loop with us
 holding its state between windows: the window starts at Whisper's seek, the text so far is the
 next window's prompt, and the temperature ladder, the no-speech skip, the timestamp-token
-segments and word timings are Whisper's. What it leaves out, since no request asks for it:
-clip timestamps, hallucination-silence skipping, beam search.
+segments and word timings are Whisper's. At temperature 0 a window is heard greedily or, with
+`beam_size` > 1, by beam search (`beam_search.py`); the ladder's higher rungs sample one text
+each. What it leaves out, since no request asks for it: clip timestamps, hallucination-silence
+skipping, best-of-N sampling on the higher rungs.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 import mlx.core as mx
 import numpy as np
+
+from mlx_server.services.transcription.beam_search import beam_decode
 
 Samples = np.ndarray[Any, np.dtype[np.float32]]
 
@@ -78,6 +82,8 @@ class WhisperWindows:
     temperature: float | None = None
     prompt: str | None = None
     words: bool = False
+    beam_size: int = 1  # 1: greedy
+    patience: float = 1.0  # beam search ends once round(beam_size * patience) texts finished
     seek: int = 0  # mel frames heard (10 ms each)
     tokens: list[int] = field(default_factory=list)  # the prompt's, then every text token heard
     prompt_from: int = 0  # the next window's prompt: tokens[prompt_from:]
@@ -140,7 +146,10 @@ class WhisperWindows:
                 prompt=self.tokens[self.prompt_from :],
                 fp16=self.model.dtype == mx.float16,
             )
-            result = self.model.decode(mel, options)
+            if temperature == 0 and self.beam_size > 1:
+                result = beam_decode(self.model, mel, options, self.beam_size, self.patience)
+            else:
+                result = self.model.decode(mel, options)
             unsure = result.avg_logprob < UNSURE_LOGPROB
             silence = result.no_speech_prob > NO_SPEECH_PROB and unsure
             if silence or not (result.compression_ratio > REPETITIVE_RATIO or unsure):

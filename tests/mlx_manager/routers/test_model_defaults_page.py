@@ -17,12 +17,19 @@ runner = CliRunner()
 
 def test_the_model_page_sets_its_defaults_and_new_chats_start_from_them(page: TestClient) -> None:
     assert 'data-testid="model-defaults"' in page.get("/models/smol").text
-    form = {"temperature": "0.3", "max_tokens": "100", "thinking": "off", "system_prompt": "Be brief."}
+    form = {
+        "temperature": "0.3",
+        "max_tokens": "100",
+        "thinking": "off",
+        "system_prompt": "Be brief.",
+        "beam_size": "5",  # read by transcriptions only (a speech-to-text model's)
+    }
     saved = page.post("/models/smol/defaults", data=form, headers=HTMX)
     assert saved.status_code == 200 and saved.text.startswith("\n<section") and "Saved" in saved.text
     assert 'value="0.3"' in saved.text and ">Be brief.</textarea>" in saved.text
     stored = page.get("/v1/admin/models/smol/defaults").json()
     assert (stored["temperature"], stored["max_tokens"], stored["thinking"]) == (0.3, 100, False)
+    assert stored["beam_size"] == 5 and 'name="beam_size" inputmode="numeric" value="5"' in saved.text
     refused = page.post("/models/smol/defaults", data={**form, "top_p": "0"}, headers=HTMX)
     assert refused.status_code == 400 and "top_p: Input should be greater than 0" in refused.text
     assert 'value="0"' in refused.text  # what was typed stays to be fixed
