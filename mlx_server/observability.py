@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from mlx_server.services.pipeline.generation import CompletionStats
+    from mlx_server.services.pipeline.engine.generation import CompletionStats
     from mlx_server.services.pipeline.request import GenerationRequest
 
 P = ParamSpec("P")

@@ -15,9 +15,9 @@ from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import SamplingFields
 from mlx_server.services.pipeline.catalog import resolve_model
-from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.engine.generation import CompletionStats
+from mlx_server.services.pipeline.engine.sampling import SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
-from mlx_server.services.pipeline.sampling import SamplingParams
 
 
 def sampling_params(body: SamplingFields) -> SamplingParams:

@@ -15,9 +15,9 @@ from mlx_server.api.openai_common import (
 )
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import CompletionRequest
-from mlx_server.services.pipeline import openai_render
 from mlx_server.services.pipeline.completions import generate_completion
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.engine.generation import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.protocols import openai_render
 from mlx_server.services.pipeline.request import GenerationRequest
 
 router = APIRouter(tags=["completions"])

@@ -38,9 +38,9 @@ from mlx_server.services.operations.probe_parsers import (
 )
 from mlx_server.services.operations.probe_rerank import probe_rerank_model
 from mlx_server.services.operations.probe_vision import check_images
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
+from mlx_server.services.pipeline.engine.generation import CompletionStats, GenerationParams, generate_text
+from mlx_server.services.pipeline.engine.sampling import SamplingParams
 from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
-from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.utils.memory import GB, activation_bytes, kv_bytes_per_token, practical_max_tokens
 from mlx_server.utils.metal import run_on_metal_thread
 

@@ -26,24 +26,24 @@ from mlx_server.services.leased_stream import LeasedStream
 from mlx_server.services.operations.generation_defaults import default_max_tokens
 from mlx_server.services.operations.model_defaults import current_defaults
 from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
-from mlx_server.services.pipeline.constraints import (
+from mlx_server.services.pipeline.engine.constraints import (
     GrammarProcessor,
     build_matcher,
     lark_grammar,
     special_tokens_of,
     specialize,
 )
-from mlx_server.services.pipeline.events import Finish, FinishReason, GenerationEvent, Reply
-from mlx_server.services.pipeline.generation import (
+from mlx_server.services.pipeline.engine.generation import (
     CompletionStats,
     GeneratedText,
     GenerationParams,
     admission,
     generate_text,
 )
+from mlx_server.services.pipeline.engine.vision import VisionInputs, request_images, vision_inputs
+from mlx_server.services.pipeline.events import Finish, FinishReason, GenerationEvent, Reply
 from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
-from mlx_server.services.pipeline.vision import VisionInputs, request_images, vision_inputs
 from mlx_server.services.remote.routing import route_chat
 
 logger = logging.getLogger("mlx_server.inference")

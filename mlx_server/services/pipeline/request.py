@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlx_server.errors import APIError
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.generation import GenerationParams
 from mlx_server.services.pipeline.structured_output import OutputFormat
 
 ToolChoice = str | dict[str, Any] | None

@@ -14,7 +14,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mlx_server.errors import APIError
-from mlx_server.services.pipeline.constraints import json_schema_grammar
+from mlx_server.services.pipeline.engine.constraints import json_schema_grammar
 
 SCHEMA_PARAM = "response_format.json_schema.schema"
 

@@ -10,6 +10,7 @@ from typing import Any, cast
 import httpx
 
 from mlx_server.schemas.openai import FunctionCall, ToolCall
+from mlx_server.services.pipeline.engine.sampling import SamplingParams
 from mlx_server.services.pipeline.events import (
     Finish,
     FinishReason,
@@ -21,7 +22,6 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
 )
 from mlx_server.services.pipeline.request import GenerationRequest
-from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.services.remote.progress import UpstreamProgress
 
 FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}

@@ -27,8 +27,8 @@ from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend
 from mlx_server.services.leased_stream import LeasedStream
+from mlx_server.services.pipeline.engine.generation import CompletionStats
 from mlx_server.services.pipeline.events import GenerationEvent
-from mlx_server.services.pipeline.generation import CompletionStats
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.remote.anthropic_upstream import anthropic_events, messages_body
 from mlx_server.services.remote.backends import (

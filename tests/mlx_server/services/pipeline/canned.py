@@ -10,8 +10,8 @@ from typing import Any
 
 from mlx_server.models.adapters import create_adapter
 from mlx_server.services.pipeline.chat_turn import ChatTurn
+from mlx_server.services.pipeline.engine.generation import CompletionStats, GeneratedText
 from mlx_server.services.pipeline.events import FinishReason, GenerationEvent, Reply
-from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText
 from mlx_server.services.pipeline.inference import _chat_events
 from mlx_server.services.pipeline.request import ToolChoice
 

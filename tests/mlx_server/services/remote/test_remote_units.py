@@ -11,7 +11,7 @@ from sqlmodel import Session
 
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.generation import GenerationParams
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.remote.anthropic_upstream import messages_body
 from mlx_server.services.remote.backends import BackendIn, RuleIn, route_targets, save_backend, save_rule

@@ -23,8 +23,19 @@ from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.batching import batched_steps, can_batch
-from mlx_server.services.pipeline.constraints import GrammarProcessor
+from mlx_server.services.pipeline.engine.batching import batched_steps, can_batch
+from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
+from mlx_server.services.pipeline.engine.sampling import SamplingParams, make_processors, make_sampler
+from mlx_server.services.pipeline.engine.sequence import BatchedSequence
+from mlx_server.services.pipeline.engine.speculative import (
+    drafts_for,
+    kv_quantization,
+    speculative_token_stream,
+    uses_generation_options,
+)
+from mlx_server.services.pipeline.engine.stop_strings import StopStringFilter
+from mlx_server.services.pipeline.engine.token_text import TokenStep, detokenizer_for, token_logprob
+from mlx_server.services.pipeline.engine.vision import VisionInputs, text_inputs, vision_token_steps
 from mlx_server.services.pipeline.events import (
     FinishReason,
     GenerationEvent,
@@ -33,17 +44,6 @@ from mlx_server.services.pipeline.events import (
     ToolCallRejected,
     Usage,
 )
-from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
-from mlx_server.services.pipeline.sequence import BatchedSequence
-from mlx_server.services.pipeline.speculative import (
-    drafts_for,
-    kv_quantization,
-    speculative_token_stream,
-    uses_generation_options,
-)
-from mlx_server.services.pipeline.stop_strings import StopStringFilter
-from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
-from mlx_server.services.pipeline.vision import VisionInputs, text_inputs, vision_token_steps
 from mlx_server.utils.metal import stream_on_metal_thread
 
 # Seconds a client told "busy" should wait before retrying.

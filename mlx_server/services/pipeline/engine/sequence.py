@@ -19,12 +19,17 @@ from mlx_lm.models.cache import TokenBuffer
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.sampling import LogitsProcessor, Sampler, make_processors, make_sampler
-from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
+from mlx_server.services.pipeline.engine.sampling import (
+    LogitsProcessor,
+    Sampler,
+    make_processors,
+    make_sampler,
+)
+from mlx_server.services.pipeline.engine.token_text import TokenStep, detokenizer_for, token_logprob
 
 if TYPE_CHECKING:
-    from mlx_server.services.pipeline.constraints import GrammarProcessor
-    from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+    from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
+    from mlx_server.services.pipeline.engine.generation import CompletionStats, GenerationParams
 
 
 def greedy(logprobs: mx.array) -> mx.array:

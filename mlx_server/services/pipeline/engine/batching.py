@@ -30,14 +30,14 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.sequence import (
+from mlx_server.services.pipeline.engine.sequence import (
     Alone,
     BatchedSequence,
     Progress,
     start_sequence,
     token_steps,
 )
-from mlx_server.services.pipeline.token_text import TokenStep
+from mlx_server.services.pipeline.engine.token_text import TokenStep
 from mlx_server.utils.metal import heal_random_key, stream_on_metal_thread
 
 logger = logging.getLogger("mlx_server.batching")

@@ -29,11 +29,11 @@ from mlx_server.schemas.responses import (
     ResponseRequest,
     TextConfig,
 )
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.generation import GenerationParams
+from mlx_server.services.pipeline.engine.sampling import SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
+from mlx_server.services.pipeline.protocols.responses_render import new_item_id
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
-from mlx_server.services.pipeline.responses_render import new_item_id
-from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.services.pipeline.structured_output import SCHEMA_PARAM, OutputFormat, parse_response_format
 
 Item = dict[str, Any]

@@ -24,10 +24,10 @@ from mlx_server.schemas.anthropic import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.generation import GenerationParams
+from mlx_server.services.pipeline.engine.sampling import SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
-from mlx_server.services.pipeline.sampling import SamplingParams
 
 
 class ProtocolTranslator:
