@@ -41,6 +41,7 @@ from mlx_server.facade import (
     TextDelta,
     ToolCallDone,
     ToolCallRejected,
+    ToolChoice,
     generate_chat_completion,
     get_engine,
     is_routed_model,
@@ -144,7 +145,7 @@ async def _one_reply(
         params=options.generation_params(),
         messages=pipeline_messages(conversation, messages_of(session, conversation.id)),
         tools=tools,
-        tool_choice=options.tool_choice if tools else None,
+        tool_choice=ToolChoice(options.tool_choice) if tools else ToolChoice(),
         enable_thinking=options.enable_thinking,
         rejected_calls_as_content=False,  # each gets a "rejected call" card and its reason as result
     )

@@ -46,7 +46,7 @@ from mlx_server.services.operations.model_presets import create_preset, refuse_u
 from mlx_server.services.operations.model_pulls import PullProgress, hub_repo_id, model_puller
 from mlx_server.services.pipeline.completions import generate_completion
 from mlx_server.services.pipeline.embeddings import create_embeddings, input_list
-from mlx_server.services.pipeline.engine.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.inference import generate_chat_completion
 from mlx_server.services.pipeline.protocols import ollama_render
 from mlx_server.services.pipeline.protocols.ollama_render import Kind, RequestClock

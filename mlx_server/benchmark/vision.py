@@ -58,8 +58,7 @@ def _messages(image_url: str | None) -> list[dict[str, Any]]:
 
 
 async def timed_request(image_url: str | None) -> Timing:
-    from mlx_server.services.pipeline.engine.generation import CompletionStats, GenerationParams
-    from mlx_server.services.pipeline.engine.sampling import SamplingParams
+    from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams, SamplingParams
     from mlx_server.services.pipeline.inference import generate_chat_completion
     from mlx_server.services.pipeline.request import GenerationRequest
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 import httpx
 
 from mlx_server.schemas.openai import FunctionCall, ToolCall
-from mlx_server.services.pipeline.engine.sampling import SamplingParams
+from mlx_server.services.pipeline.engine.params import SamplingParams
 from mlx_server.services.pipeline.events import (
     Finish,
     FinishReason,
@@ -50,8 +50,8 @@ def chat_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     if request.tools:
         body["tools"] = request.tools
         body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tool_choice is not None:
-        body["tool_choice"] = request.tool_choice
+    if request.tools:
+        body["tool_choice"] = request.tool_choice.as_openai()
     if request.output_format is not None:
         schema = {"name": "output", "schema": request.output_format.schema}
         body["response_format"] = (

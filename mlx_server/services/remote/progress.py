@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from mlx_server.services.pipeline.engine.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import Usage
 
 

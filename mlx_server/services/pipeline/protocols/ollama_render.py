@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.operations.model_pulls import PullProgress
-from mlx_server.services.pipeline.engine.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,

@@ -13,7 +13,7 @@ from typing import Any
 
 from mlx_server.schemas.responses import ResponseRequest
 from mlx_server.services.operations.responses_store import conversation_after, save_response
-from mlx_server.services.pipeline.engine.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.inference import EventStream, generate_chat_completion
 from mlx_server.services.pipeline.protocols.responses_render import (
     Payload,

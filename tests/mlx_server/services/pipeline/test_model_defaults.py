@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
-from mlx_server.services.pipeline.engine.generation import GenerationParams
-from mlx_server.services.pipeline.engine.sampling import SamplingParams
+from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
 from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
 from mlx_server.services.pipeline.request import GenerationRequest
 

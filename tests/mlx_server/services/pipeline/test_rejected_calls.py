@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mlx_server.services.pipeline.engine.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import Notice, TextDelta, ToolCallRejected
 from mlx_server.services.pipeline.protocols import anthropic_render, ollama_render, openai_render
 from mlx_server.services.pipeline.protocols.ollama_render import RequestClock
