@@ -60,7 +60,7 @@ class MLXServerSettings(BaseSettings):
     # Generation requests admitted at once (running + waiting for the MLX thread); the next
     # one gets 503 with Retry-After instead of an unbounded queue.
     max_pending_requests: int = Field(default=32, ge=1)
-    # Continuous batching (services/pipeline/batching.py): a text model decodes at most this many
+    # Continuous batching (services/pipeline/engine/batching.py): a text model decodes at most this many
     # generations in one batched step (the others wait their turn, within max_pending_requests);
     # per model id in model_batch_sizes, e.g. {"qwen3-8b": 4}.
     max_batch_size: int = Field(default=8, ge=1)

@@ -142,9 +142,11 @@ from mlx_server.services.operations.pool_admin import (
     unload_all,
     unload_model,
 )
-from mlx_server.services.operations.probe import ProbeStep, is_probe_running, probe_model
+from mlx_server.services.operations.probe import is_probe_running, probe_model
+from mlx_server.services.operations.probe_steps import ProbeStep
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
 from mlx_server.services.pipeline.embeddings import Embeddings, create_embeddings, input_list
+from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams, SamplingParams
 from mlx_server.services.pipeline.events import (
     Finish,
     FinishReason,
@@ -161,10 +163,8 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
     Usage,
 )
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
 from mlx_server.services.pipeline.inference import generate_chat_completion
-from mlx_server.services.pipeline.request import GenerationRequest
-from mlx_server.services.pipeline.sampling import SamplingParams
+from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.remote.backends import (
     BackendIn,
     RuleIn,
@@ -268,6 +268,7 @@ __all__ = [
     "ToolCallEvent",
     "ToolCallRejected",
     "ToolCallStarted",
+    "ToolChoice",
     "Transcript",
     "TranscriptionOptions",
     "Usage",

@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from mlx_server.services.pipeline.generation import CompletionStats
-    from mlx_server.services.pipeline.request import GenerationRequest
+
+class ForModel(Protocol):
+    """What the pipeline's span needs of a request: the model it names."""
+
+    @property
+    def model(self) -> str: ...
+
 
 P = ParamSpec("P")
 T = TypeVar("T")
+R = TypeVar("R", bound=ForModel)
 OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _tracing = False
 
@@ -56,13 +62,13 @@ def configure_tracing(*, token: str | None, service_name: str) -> bool:
 
 
 def traced_pipeline(
-    run: Callable[Concatenate[GenerationRequest, P], Coroutine[Any, Any, T]],
-) -> Callable[Concatenate[GenerationRequest, P], Coroutine[Any, Any, T]]:
+    run: Callable[Concatenate[R, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[R, P], Coroutine[Any, Any, T]]:
     """`run(request, ...)` inside the span of the request's chat pipeline (the current span
     while it runs: routing, model lease, prompt), when tracing is on."""
 
     @functools.wraps(run)
-    async def traced(request: GenerationRequest, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def traced(request: R, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if not _tracing:
             return await run(request, *args, **kwargs)
         import logfire
@@ -87,28 +93,12 @@ class GenerationSpan:
             tracer = trace.get_tracer("mlx_server.generation")
             self._span = tracer.start_span(f"generation {model}", attributes={"model": model})
 
-    def end(self, stats: CompletionStats, error: BaseException | None = None) -> None:
+    def end(self, figures: Mapping[str, int | float | str], error: BaseException | None = None) -> None:
+        """End the span with the generation's figures as attributes (token counts, TTFT...)."""
         span, self._span = self._span, None
         if span is None:
             return
-        attributes: dict[str, Any] = {
-            "gen_ai.usage.input_tokens": stats.prompt_tokens,
-            "gen_ai.usage.output_tokens": stats.completion_tokens,
-            "cached_prompt_tokens": stats.cached_prompt_tokens,
-            "finish_reason": stats.finish_reason or "",
-        }
-        if stats.ttft_s is not None:
-            attributes["ttft_ms"] = stats.ttft_s * 1000
-        span.set_attributes(attributes)
+        span.set_attributes(dict(figures))
         if error is not None:
             span.record_exception(error)
         span.end()
-
-    def ending(self, stats: CompletionStats, release: Callable[[], None]) -> Callable[[], None]:
-        """`release` that ends this span first (a stream's release: runs exactly once)."""
-
-        def end_and_release() -> None:
-            self.end(stats)
-            release()
-
-        return end_and_release

@@ -4,7 +4,12 @@
 - `mlx_server` never imports `mlx_manager`;
 - a router does not import another router (shared pieces live in services), on either side;
 - the manager's services never import its web layer (pages are rendered by routers and `web/`);
-- no source file over 400 lines, no function over 60 lines.
+- no source file over 400 lines, no function over 60 lines;
+- no import cycle between modules (type-checking and function-local imports count too), and in
+  the pipeline no module imports one from a layer above it: the types (events, request,
+  engine/params) < the engine < remote backends < the orchestration (inference, chat_turn...)
+  < the protocols < the API routes. So the engine never imports a protocol, inference.py or a
+  remote backend, and remote/ reaches the pipeline only through its types.
 
 The migrations (`migrations/`, package data Alembic runs by path through `mlx_server/migrations`)
 are not source these rules cover: their scripts are generated, and their env.py registers the
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -127,3 +133,117 @@ def test_no_function_is_over_60_lines(package: str) -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(ROOT)}::{node.name}"] = lines
     assert long == {}
+
+
+PIPELINE = "mlx_server.services.pipeline"
+PIPELINE_TYPES = (f"{PIPELINE}.events", f"{PIPELINE}.request", f"{PIPELINE}.engine.params")
+# Lowest first; a module may import its own layer and those below, never one above.
+LAYERS = (
+    PIPELINE_TYPES,
+    (f"{PIPELINE}.engine",),
+    ("mlx_server.services.remote",),
+    (PIPELINE,),
+    (f"{PIPELINE}.protocols",),
+    ("mlx_server.api",),
+)
+
+
+@cache
+def import_graph() -> dict[str, frozenset[str]]:
+    """Module -> the modules of both packages it imports (not the packages it sits in)."""
+    graph = {}
+    for package in PACKAGES:
+        for path in source_files(package):
+            name = module_name(path)
+            graph[name] = frozenset(
+                imported
+                for _, imported in imported_modules(path)
+                if imported != name and not within(name, imported) and is_module(imported)
+            )
+    return graph
+
+
+def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The groups of modules that import each other round a circle (Tarjan's components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = stack[stack.index(node) :]
+            del stack[stack.index(node) :]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def layer(name: str) -> int | None:
+    ranks = [
+        (len(prefix), rank)
+        for rank, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if within(name, prefix)
+    ]
+    return max(ranks)[1] if ranks else None  # the most specific prefix decides
+
+
+def test_no_module_is_part_of_an_import_cycle() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one() -> None:
+    graph = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_pipeline_module_imports_one_from_a_layer_above() -> None:
+    found = [
+        f"{name} (layer {layer(name)}) imports {imported} (layer {layer(imported)})"
+        for name, imports in import_graph().items()
+        if layer(name) is not None
+        for imported in imports
+        if (layer(imported) or 0) > (layer(name) or 0)
+    ]
+    assert found == []
+
+
+def test_the_engine_imports_no_protocol_no_orchestration_and_no_remote_backend() -> None:
+    above = (
+        f"{PIPELINE}.protocols",
+        f"{PIPELINE}.inference",
+        f"{PIPELINE}.chat_turn",
+        "mlx_server.services.remote",
+    )
+    found = [
+        f"{name} imports {imported}"
+        for name, imports in import_graph().items()
+        if within(name, f"{PIPELINE}.engine")
+        for imported in imports
+        if any(within(imported, prefix) for prefix in above)
+    ]
+    assert found == []
+
+
+def test_remote_backends_reach_the_pipeline_only_through_its_types() -> None:
+    found = [
+        f"{name} imports {imported}"
+        for name, imports in import_graph().items()
+        if within(name, "mlx_server.services.remote")
+        for imported in imports
+        if within(imported, PIPELINE) and imported not in PIPELINE_TYPES
+    ]
+    assert found == []

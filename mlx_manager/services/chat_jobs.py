@@ -24,6 +24,7 @@ from sqlmodel import Session
 from mlx_manager.records import ConversationMessage
 from mlx_manager.services.conversations import mark_interrupted
 from mlx_manager.services.jobs import Job, JobRegistry
+from mlx_server.facade import Reply as FoldedReply
 from mlx_server.facade import get_engine
 
 logger = logging.getLogger("mlx_manager.chat")
@@ -34,25 +35,30 @@ Update = tuple[Literal["turn", "content", "reasoning", "done"], str]
 
 @dataclass(eq=False)
 class Reply:
-    """The assistant reply being generated: its stored row and what streamed into it so far."""
+    """The assistant reply being generated: its stored row, the pipeline's fold of the events so
+    far (`folded`: text, reasoning, ToolCall objects, rejected calls, finish), and when its
+    reasoning began and ended (the page shows how long the model thought)."""
 
     message: ConversationMessage
-    content: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    rejected: list[tuple[dict[str, Any], str]] = field(default_factory=list)
-    finish_reason: str | None = None
+    folded: FoldedReply = field(default_factory=FoldedReply)
     reasoning_started: float | None = None
     reasoning_ended: float | None = None
     saved_at: float = 0.0
 
     @property
     def text(self) -> str:
-        return "".join(self.content)
+        return self.folded.text
 
     @property
     def reasoning_text(self) -> str:
-        return "".join(self.reasoning)
+        return self.folded.reasoning or ""
+
+    def stored_calls(self) -> list[dict[str, Any]]:
+        """The calls as the message row keeps them (JSON); a rejected one keeps its reason on the
+        card ("rejected": not sent back to the model, whose history gets the reason as the
+        call's result instead)."""
+        calls = [call.model_dump() for call in self.folded.tool_calls]
+        return calls + [{**r.call.model_dump(), "rejected": r.reason} for r in self.folded.rejected_calls]
 
 
 @dataclass(eq=False)

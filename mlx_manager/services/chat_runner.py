@@ -34,13 +34,12 @@ from mlx_manager.services.mcp_tools import McpToolbox, mcp_toolbox
 from mlx_server.facade import (
     APIError,
     CompletionStats,
-    Finish,
     GenerationEvent,
     GenerationRequest,
     ReasoningDelta,
     TextDelta,
     ToolCallDone,
-    ToolCallRejected,
+    ToolChoice,
     generate_chat_completion,
     get_engine,
     is_routed_model,
@@ -144,7 +143,7 @@ async def _one_reply(
         params=options.generation_params(),
         messages=pipeline_messages(conversation, messages_of(session, conversation.id)),
         tools=tools,
-        tool_choice=options.tool_choice if tools else None,
+        tool_choice=ToolChoice(options.tool_choice) if tools else ToolChoice(),
         enable_thinking=options.enable_thinking,
         rejected_calls_as_content=False,  # each gets a "rejected call" card and its reason as result
     )
@@ -179,27 +178,24 @@ async def _one_reply(
 
 
 def _apply(event: GenerationEvent, reply: Reply, job: ChatJob) -> None:
-    """The playground's rendering of one pipeline event: text appended, or a new shape."""
+    """One pipeline event folded into the reply (events.Reply), and what the page is told: text to
+    append, or a new shape (the reasoning block opens or closes, a tool card)."""
+    reply.folded.add(event)
     match event:
         case ReasoningDelta(text=text) if text:
-            first = reply.reasoning_started is None
-            reply.reasoning_started = reply.reasoning_started or time.perf_counter()
-            reply.reasoning.append(text)
-            job.reshaped() if first else job.appended("reasoning", text)
+            if reply.reasoning_started is None:
+                reply.reasoning_started = time.perf_counter()
+                job.reshaped()
+            else:
+                job.appended("reasoning", text)
         case TextDelta(text=text) if text:
-            reply.content.append(text)
-            if reply.reasoning and reply.reasoning_ended is None:
+            if reply.folded.reasoning and reply.reasoning_ended is None:
                 reply.reasoning_ended = time.perf_counter()  # the reasoning block closes
                 job.reshaped()
             else:
                 job.appended("content", text)
-        case ToolCallDone(call=call):
-            reply.calls.append(call.model_dump())
+        case ToolCallDone():
             job.reshaped()
-        case ToolCallRejected(call=call, reason=reason):
-            reply.rejected.append((call.model_dump(), reason))
-        case Finish(reason=reason):
-            reply.finish_reason = reason
 
 
 def _store(session: Session, reply: Reply) -> None:
@@ -216,12 +212,12 @@ def _rounded(value: float | None, digits: int) -> float | None:
 def _finish(
     session: Session, reply: Reply, stats: CompletionStats, started: float, status: MessageStatus
 ) -> None:
-    # A rejected call keeps its reason on the card ("rejected": not sent back to the model, whose
-    # history gets the reason as the call's result instead: _reject_calls).
-    calls = reply.calls + [{**call, "rejected": reason} for call, reason in reply.rejected]
+    calls = reply.stored_calls()
     message = reply.message
-    message.reasoning = reply.reasoning_text.strip() or None
-    message.content = reply.text.strip() if calls or message.reasoning else reply.text
+    message.reasoning = reply.folded.reasoning_content or None
+    # The pipeline's trimming (events.Reply.content); a rejected call's card also sits beside it.
+    content = reply.folded.content or ""
+    message.content = content.strip() if reply.folded.rejected_calls else content
     ended = reply.reasoning_ended or (time.perf_counter() if message.reasoning else None)
     message.tool_calls = calls or None
     message.status = status
@@ -238,17 +234,17 @@ def _finish(
         else None,
         "finish_reason": status.value
         if status != MessageStatus.DONE
-        else ("tool_calls" if calls else reply.finish_reason),
+        else ("tool_calls" if calls else reply.folded.finish.reason if reply.folded.finish else None),
     }
     save_message(session, message)
 
 
 def _reject_calls(session: Session, conversation: Conversation, reply: Reply, job: ChatJob) -> None:
     """A call the checker refused gets its reason as the result, so the model can retry."""
-    for call, reason in reply.rejected:
-        function = call["function"]
-        content = rejected_call_result(function["name"], function["arguments"], reason)
-        job.add(add_message(session, conversation, "tool", content, tool_call_id=call["id"]))
+    for rejected in reply.folded.rejected_calls:
+        function = rejected.call.function
+        content = rejected_call_result(function.name, function.arguments, rejected.reason)
+        job.add(add_message(session, conversation, "tool", content, tool_call_id=rejected.call.id))
 
 
 async def _run_tools(

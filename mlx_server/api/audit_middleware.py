@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlx_server.records import AuditLog, AuditState, utcnow
 from mlx_server.services.operations.audit import AuditService, audit_service
-from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.utils.bounded import bounded, clip
 
 if TYPE_CHECKING:

@@ -44,13 +44,13 @@ from mlx_server.services.operations.keep_alive import apply_keep_alive, load_or_
 from mlx_server.services.operations.model_files import copy_model, delete_model
 from mlx_server.services.operations.model_presets import create_preset, refuse_unsupported
 from mlx_server.services.operations.model_pulls import PullProgress, hub_repo_id, model_puller
-from mlx_server.services.pipeline import ollama_render
 from mlx_server.services.pipeline.completions import generate_completion
 from mlx_server.services.pipeline.embeddings import create_embeddings, input_list
-from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.inference import generate_chat_completion
-from mlx_server.services.pipeline.ollama_render import Kind, RequestClock
-from mlx_server.services.pipeline.ollama_request import (
+from mlx_server.services.pipeline.protocols import ollama_render
+from mlx_server.services.pipeline.protocols.ollama_render import Kind, RequestClock
+from mlx_server.services.pipeline.protocols.ollama_request import (
     chat_request,
     generate_request,
     ollama_model,

@@ -1,10 +1,9 @@
-"""What the OpenAI routes (chat completions, legacy completions) share: sampling fields to
-SamplingParams, n=1, the audit row's start, and the response, whole or streamed."""
+"""What the OpenAI routes (chat completions, legacy completions) share: n=1, the audit row's
+start, and the response, whole or streamed."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
-from dataclasses import fields
 from typing import Any
 
 from fastapi import Request
@@ -15,19 +14,7 @@ from mlx_server.api.sse import openai_event_stream
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import SamplingFields
 from mlx_server.services.pipeline.catalog import resolve_model
-from mlx_server.services.pipeline.generation import CompletionStats
-from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
-from mlx_server.services.pipeline.sampling import SamplingParams
-
-
-def sampling_params(body: SamplingFields) -> SamplingParams:
-    """The request's sampling fields, which carry SamplingParams' names."""
-    return SamplingParams(**{f.name: getattr(body, f.name) for f in fields(SamplingParams)})
-
-
-def left_out(body: SamplingFields) -> frozenset[str]:
-    """The sampling fields the client did not send: the model's defaults fill them."""
-    return DEFAULTABLE_SAMPLING - body.model_fields_set
+from mlx_server.services.pipeline.engine.params import CompletionStats
 
 
 def audit_start(request: Request, body: SamplingFields) -> tuple[str, AuditDetails]:

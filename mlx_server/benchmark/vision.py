@@ -58,10 +58,9 @@ def _messages(image_url: str | None) -> list[dict[str, Any]]:
 
 
 async def timed_request(image_url: str | None) -> Timing:
-    from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+    from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams, SamplingParams
     from mlx_server.services.pipeline.inference import generate_chat_completion
     from mlx_server.services.pipeline.request import GenerationRequest
-    from mlx_server.services.pipeline.sampling import SamplingParams
 
     params = GenerationParams(max_tokens=2, sampling=SamplingParams(temperature=0.0))
     request = GenerationRequest(model=MODEL_ID, params=params, messages=_messages(image_url))
@@ -76,7 +75,7 @@ async def image_parts_s() -> tuple[float, float]:
     """(decode, processor) seconds for one fresh 512x512 PNG."""
     from mlx_server.models.pool import get_model_pool
     from mlx_server.services.images import load_image
-    from mlx_server.services.pipeline.vision import vision_inputs
+    from mlx_server.services.pipeline.engine.vision import vision_inputs
 
     url = noise_png_url()
     started = time.perf_counter()

@@ -96,7 +96,7 @@ class LoadedModel:
     # Vision: mlx-vlm's processor (image preprocessing + tokenizer); `tokenizer` wraps its
     # tokenizer the way mlx-lm does, so the text pipeline (templates, parsers) is the same.
     processor: Any = None
-    # Speculative decoding (services/pipeline/speculative.py): the draft's weights live and die
+    # Speculative decoding (services/pipeline/engine/speculative.py): the draft's weights live and die
     # with this model (counted in its size, leased with it); KV cache quantization.
     draft_id: str | None = None
     draft_model: Any = None

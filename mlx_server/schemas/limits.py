@@ -3,7 +3,7 @@ server): messages, tools, the size of each tool's definition, and the length of 
 the server stores, logs, uses as a metrics label or echoes (model names, stop strings, tool and
 function names, client ids, user fields). The body limit (`MLX_SERVER_MAX_BODY_BYTES`,
 api/request_guard.py) bounds everything else; response_format schemas have their own 64 KiB
-limit (services/pipeline/constraints.py).
+limit (services/pipeline/engine/constraints.py).
 
 Text must also be text: JSON's `\\ud800` escapes can put a lone UTF-16 surrogate into a Python
 string, which no tokenizer, database or UTF-8 response can carry. `TextOnly` refuses one with a

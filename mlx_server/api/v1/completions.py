@@ -5,19 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from mlx_server.api.openai_common import (
-    audit_start,
-    finished,
-    left_out,
-    reject_n,
-    sampling_params,
-    streamed,
-)
+from mlx_server.api.openai_common import audit_start, finished, reject_n, streamed
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import CompletionRequest
-from mlx_server.services.pipeline import openai_render
 from mlx_server.services.pipeline.completions import generate_completion
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.protocols import openai_render
+from mlx_server.services.pipeline.protocols.openai_request import left_out, sampling_params
 from mlx_server.services.pipeline.request import GenerationRequest
 
 router = APIRouter(tags=["completions"])

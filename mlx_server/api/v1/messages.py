@@ -20,11 +20,11 @@ from mlx_server.api.audit_middleware import audit_details, audit_parameters, aud
 from mlx_server.api.sse import anthropic_event_stream
 from mlx_server.errors import APIError, anthropic_error_response, validation_error
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest, TokenCount
-from mlx_server.services.pipeline import anthropic_render
 from mlx_server.services.pipeline.catalog import resolve_model
-from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.inference import count_chat_tokens, generate_chat_completion
-from mlx_server.services.pipeline.protocol import ProtocolTranslator
+from mlx_server.services.pipeline.protocols import anthropic_render
+from mlx_server.services.pipeline.protocols.anthropic_request import ProtocolTranslator
 
 translator = ProtocolTranslator()
 

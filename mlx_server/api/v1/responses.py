@@ -15,8 +15,8 @@ from mlx_server.api.openai_common import finished, streamed
 from mlx_server.schemas.responses import ResponseRequest
 from mlx_server.services.operations.responses_store import delete_response, input_items_page, stored_response
 from mlx_server.services.pipeline.catalog import resolve_model
-from mlx_server.services.pipeline.generation import CompletionStats
-from mlx_server.services.pipeline.responses_service import create_response
+from mlx_server.services.pipeline.engine.params import CompletionStats
+from mlx_server.services.pipeline.protocols.responses_service import create_response
 
 
 def _responses_protocol(request: Request) -> None:

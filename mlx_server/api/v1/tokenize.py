@@ -39,7 +39,6 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
             model=model,
             messages=[m.model_dump(exclude_none=True) for m in body.messages or []],
             tools=body.tools,
-            tool_choice="auto" if body.tools else None,
             enable_thinking=body.thinking_toggle,
         )
         tokens = await tokenize_chat(

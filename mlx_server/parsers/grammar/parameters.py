@@ -2,7 +2,7 @@
 
 Terminals (uppercase, regexes) hold no quoted literal and no `"`: the server rewrites quoted
 literals that are a model's added tokens (`<tool_call>`, GLM's `</arg_value>`) into token
-references (services/pipeline/constraints.py `specialize`), which only rules may hold.
+references (services/pipeline/engine/constraints.py `specialize`), which only rules may hold.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from mlx_server.config import get_settings
 from mlx_server.models.pool import get_model_pool
 from mlx_server.services.operations.scheduler import schedule_every
-from mlx_server.services.pipeline.batching import batch_figures
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.batching import batch_figures
+from mlx_server.services.pipeline.engine.generation import admission
 from mlx_server.utils.engine_counters import engine_counters
 from mlx_server.utils.memory import active_memory_bytes
 

@@ -22,7 +22,7 @@ from sqlmodel import Session
 from mlx_server.database import get_engine
 from mlx_server.models.pool import get_model_pool
 from mlx_server.records import AuditLog, LoraAdapter, ModelRecord
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.generation import admission
 from mlx_server.services.remote.backends import list_backends, list_rules
 from mlx_server.services.remote.breaker import BreakerState, breaker
 

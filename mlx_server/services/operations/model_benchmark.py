@@ -26,9 +26,9 @@ from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel, read_spec
 from mlx_server.models.pool import get_model_pool
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
+from mlx_server.services.pipeline.engine.generation import generate_text
+from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams, SamplingParams
 from mlx_server.services.pipeline.inference import open_model
-from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.utils.metal import run_on_metal_thread
 
 WARMUP_PROMPT_TOKENS = 16

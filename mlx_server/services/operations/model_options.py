@@ -1,6 +1,6 @@
 """A model's generation options (the admin API and the model page): a draft model for
 speculative decoding and KV cache quantization, checked, stored on its models row and applied
-by reloading the model if it is loaded (services/pipeline/speculative.py runs them)."""
+by reloading the model if it is loaded (services/pipeline/engine/speculative.py runs them)."""
 
 from __future__ import annotations
 

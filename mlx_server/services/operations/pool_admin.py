@@ -17,8 +17,8 @@ from mlx_server.models.lora import find_adapter
 from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import get_model
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
-from mlx_server.services.pipeline.batching import batch_figures, batch_size_for
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.batching import batch_figures, batch_size_for
+from mlx_server.services.pipeline.engine.generation import admission
 from mlx_server.utils.memory import (
     GB,
     active_memory_bytes,

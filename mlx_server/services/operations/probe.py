@@ -9,21 +9,18 @@ reported to `on_step` as it starts and as it ends, for a page or a terminal to s
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from jinja2 import TemplateError
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import ModelAdapter, create_adapter
 from mlx_server.models.detection import ModelType, detect_model_family, detect_model_type, read_chat_template
 from mlx_server.models.loaders import LoadedModel, read_spec
-from mlx_server.models.pool import ModelPoolManager, get_model_pool
+from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import save_capabilities
 from mlx_server.parsers.registry import TOOL_PARSERS
 from mlx_server.records import ModelCapabilities
@@ -37,10 +34,11 @@ from mlx_server.services.operations.probe_parsers import (
     template_mentions_thinking,
 )
 from mlx_server.services.operations.probe_rerank import probe_rerank_model
+from mlx_server.services.operations.probe_steps import ProbeStep, ProbeSteps, run_probe
 from mlx_server.services.operations.probe_vision import check_images
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
+from mlx_server.services.pipeline.engine.generation import generate_text
+from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams, SamplingParams
 from mlx_server.services.pipeline.inference import encode, max_tokens_for, open_model
-from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.utils.memory import GB, activation_bytes, kv_bytes_per_token, practical_max_tokens
 from mlx_server.utils.metal import run_on_metal_thread
 
@@ -52,19 +50,9 @@ THINKING_QUESTION = "What is 17 + 25? Think step by step."
 TOOL_MAX_TOKENS = 48
 THINKING_MAX_TOKENS = 32
 
-StepStatus = Literal["running", "ok", "failed", "skipped"]
 STEP_NAMES = ("detect", "load", "native_tools", "tool_calls", "thinking", "max_tokens", "save", "unload")
 # A vision model's probe also passes images through its processor and model before saving.
 VISION_STEP_NAMES = (*STEP_NAMES[:-2], "vision", *STEP_NAMES[-2:])
-
-
-@dataclass(frozen=True)
-class ProbeStep:
-    """One step's progress: reported as "running", then "ok", "failed" or "skipped"."""
-
-    name: str
-    status: StepStatus
-    detail: str = ""
 
 
 class ProbeRunningError(APIError):
@@ -75,36 +63,6 @@ class ProbeRunningError(APIError):
             param="model",
             code="probe_running",
         )
-
-
-@dataclass
-class _Outcome:
-    status: StepStatus = "ok"
-    detail: str = ""
-
-
-class _Steps:
-    def __init__(self, on_step: Callable[[ProbeStep], None] | None) -> None:
-        self.on_step = on_step
-
-    def emit(self, step: ProbeStep) -> None:
-        if step.status != "running":
-            logger.info("probe step %s %s: %s", step.name, step.status, step.detail)
-        if self.on_step is not None:
-            self.on_step(step)
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[_Outcome]:
-        self.emit(ProbeStep(name, "running"))
-        outcome = _Outcome()
-        try:
-            yield outcome
-        except BaseException as exc:
-            self.emit(
-                ProbeStep(name, "failed", getattr(exc, "message", None) or str(exc) or type(exc).__name__)
-            )
-            raise
-        self.emit(ProbeStep(name, outcome.status, outcome.detail))
 
 
 @dataclass(frozen=True)
@@ -137,7 +95,7 @@ async def probe_model(
         raise ProbeRunningError(model_id)
     _running.add(model_id)
     try:
-        return await _probe(model_id, _Steps(on_step))
+        return await _probe(model_id, ProbeSteps(on_step))
     finally:
         _running.discard(model_id)
 
@@ -145,7 +103,7 @@ async def probe_model(
 _AUDIO_TYPES = (ModelType.SPEECH_TO_TEXT, ModelType.TEXT_TO_SPEECH)
 
 
-async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
+async def _probe(model_id: str, steps: ProbeSteps) -> ModelCapabilities:
     with steps.step("detect") as outcome:
         spec = read_spec(model_id)  # ModelNotFoundError, or missing files, before anything loads
         model_type = detect_model_type(spec.path, spec.config)
@@ -154,37 +112,28 @@ async def _probe(model_id: str, steps: _Steps) -> ModelCapabilities:
             family = str(spec.config.get("model_type") or family)  # whisper, kokoro, ...
         outcome.detail = f"type {model_type}, family {family}"
     if model_type is ModelType.EMBEDDINGS:
-        return await probe_embedding_model(model_id, family, steps, _unload)
+        return await probe_embedding_model(model_id, family, steps)
     if model_type is ModelType.RERANK:
-        return await probe_rerank_model(model_id, family, steps, _unload)
+        return await probe_rerank_model(model_id, family, steps)
     if model_type in _AUDIO_TYPES:
-        return await probe_audio_model(model_id, model_type, family, steps, _unload)
+        return await probe_audio_model(model_id, model_type, family, steps)
     pool = get_model_pool()
-    was_loaded = pool.get_loaded(model_id) is not None
-    with steps.step("load") as outcome:
-        started = time.perf_counter()
-        loaded, release = await open_model(model_id)
-        elapsed = time.perf_counter() - started
-        outcome.detail = "already loaded" if was_loaded else f"loaded in {elapsed:.1f} s"
-    try:
+
+    async def check(loaded: LoadedModel) -> _Findings:
         findings = await _examine(loaded, family, pool.budget_bytes, steps)
         if model_type is ModelType.VISION:
             with steps.step("vision") as outcome:
                 multi_image, outcome.detail = await check_images(loaded)
             findings = replace(findings, supports_multi_image=multi_image)
-    except BaseException:
-        release()
-        await _unload(pool, loaded, was_loaded, None, steps)
-        raise
-    release()
-    with steps.step("save") as outcome:
-        capabilities = _save(model_id, model_type, family, findings)
-        outcome.detail = f"ModelCapabilities of {model_id!r} stored"
-    await _unload(pool, loaded, was_loaded, capabilities, steps)
-    return capabilities
+        return findings
+
+    def save(session: Session, loaded: LoadedModel, findings: _Findings) -> ModelCapabilities:
+        return _save(session, model_id, model_type, family, findings)
+
+    return await run_probe(model_id, steps, lease=lambda: open_model(model_id), check=check, save=save)
 
 
-async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: _Steps) -> _Findings:
+async def _examine(loaded: LoadedModel, family: str, budget_bytes: int, steps: ProbeSteps) -> _Findings:
     with steps.step("native_tools") as outcome:
         native = renders_tools(loaded.tokenizer)
         outcome.detail = (
@@ -289,55 +238,23 @@ def _tool_detail(default_id: str, found_id: str, output: str) -> str:
     return f"no parser read a {TOOL_NAME} call; the model wrote: {excerpt!r}"
 
 
-def _save(model_id: str, model_type: ModelType, family: str, findings: _Findings) -> ModelCapabilities:
+def _save(
+    session: Session, model_id: str, model_type: ModelType, family: str, findings: _Findings
+) -> ModelCapabilities:
     tools_work = findings.tool_parser_id != "null"
-    with Session(get_engine()) as session:
-        return save_capabilities(
-            session,
-            model_id,
-            model_type=str(model_type),
-            model_family=family,
-            # A model that wrote no readable call keeps its family's format (tool_format None says
-            # "unverified"): storing "null" would also switch off the call grammar, which makes
-            # even such a model write valid calls under tool_choice "required".
-            tool_parser_id=findings.tool_parser_id if tools_work else findings.default_tool_parser_id,
-            thinking_parser_id=findings.thinking_parser_id,
-            supports_native_tools=findings.native_tools,
-            supports_thinking=findings.thinking_parser_id != "null",
-            tool_format=("native" if findings.native_tools else "injection") if tools_work else None,
-            practical_max_tokens=findings.practical_max_tokens,
-            supports_multi_image=findings.supports_multi_image,
-        )
-
-
-async def _unload(
-    pool: ModelPoolManager,
-    loaded: LoadedModel,
-    was_loaded: bool,
-    capabilities: ModelCapabilities | None,
-    steps: _Steps,
-) -> None:
-    """Unload the model unless something else wants it; a model left loaded takes the new
-    capabilities now."""
-    with steps.step("unload") as outcome:
-        if pool.get_loaded(loaded.model_id) is not loaded:
-            outcome.status, outcome.detail = "skipped", "the pool already unloaded it"
-            return
-        keep = _keep_reason(loaded, was_loaded)
-        if keep is None:
-            await pool.unload(loaded.model_id)
-            outcome.detail = "unloaded"
-            return
-        if capabilities is not None:
-            pool.apply_capabilities(capabilities)
-        outcome.status, outcome.detail = "skipped", f"left loaded: {keep}"
-
-
-def _keep_reason(loaded: LoadedModel, was_loaded: bool) -> str | None:
-    if loaded.pinned:
-        return "it is pinned"
-    if was_loaded:
-        return "it was loaded before the probe"
-    if loaded.active:
-        return f"{loaded.active} request(s) are using it"
-    return None
+    return save_capabilities(
+        session,
+        model_id,
+        model_type=str(model_type),
+        model_family=family,
+        # A model that wrote no readable call keeps its family's format (tool_format None says
+        # "unverified"): storing "null" would also switch off the call grammar, which makes
+        # even such a model write valid calls under tool_choice "required".
+        tool_parser_id=findings.tool_parser_id if tools_work else findings.default_tool_parser_id,
+        thinking_parser_id=findings.thinking_parser_id,
+        supports_native_tools=findings.native_tools,
+        supports_thinking=findings.thinking_parser_id != "null",
+        tool_format=("native" if findings.native_tools else "injection") if tools_work else None,
+        practical_max_tokens=findings.practical_max_tokens,
+        supports_multi_image=findings.supports_multi_image,
+    )

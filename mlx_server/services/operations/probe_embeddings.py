@@ -7,58 +7,39 @@ sentence-transformers files; the "embed" step embeds three sentences through the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
 import numpy as np
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.embedding_profile import EmbeddingProfile
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.models.pool import ModelPoolManager, get_model_pool
 from mlx_server.models.store import save_capabilities
 from mlx_server.records import ModelCapabilities
+from mlx_server.services.operations.probe_steps import ProbeSteps, pool_lease, run_probe
 from mlx_server.services.pipeline.embeddings import embed_batch, tokenize
 from mlx_server.utils.metal import run_on_metal_thread
-
-if TYPE_CHECKING:
-    from mlx_server.services.operations.probe import _Steps
-
-    Unload = Callable[
-        [ModelPoolManager, LoadedModel, bool, ModelCapabilities | None, _Steps], Awaitable[None]
-    ]
 
 EMBEDDING_STEP_NAMES = ("detect", "load", "embed", "save", "unload")
 # Two sentences that mean nearly the same and one that does not: the detail shows both cosines.
 PROBE_TEXTS = ["A cat sits on the mat", "A kitten is resting on a rug", "Stock markets fell sharply today"]
 
 
-async def probe_embedding_model(
-    model_id: str, family: str, steps: _Steps, unload: Unload
-) -> ModelCapabilities:
+async def probe_embedding_model(model_id: str, family: str, steps: ProbeSteps) -> ModelCapabilities:
     """Steps "load", "embed", "save", "unload" of probe_model() for an embedding model."""
-    pool = get_model_pool()
-    was_loaded = pool.get_loaded(model_id) is not None
-    with steps.step("load") as outcome:
-        loaded = await pool.acquire(model_id, ModelType.EMBEDDINGS)
-        outcome.detail = "already loaded" if was_loaded else "loaded"
-    try:
+
+    async def check(loaded: LoadedModel) -> EmbeddingProfile:
         with steps.step("embed") as outcome:
             outcome.detail = await check_embeddings(loaded)
-    except BaseException:
-        pool.release(loaded)
-        await unload(pool, loaded, was_loaded, None, steps)
-        raise
-    pool.release(loaded)
-    assert loaded.embedding is not None
-    with steps.step("save") as outcome:
-        capabilities = save_embedding_capabilities(model_id, family, loaded.embedding)
-        outcome.detail = f"ModelCapabilities of {model_id!r} stored"
-    await unload(pool, loaded, was_loaded, capabilities, steps)
-    return capabilities
+        assert loaded.embedding is not None
+        return loaded.embedding
+
+    def save(session: Session, loaded: LoadedModel, profile: EmbeddingProfile) -> ModelCapabilities:
+        return save_embedding_capabilities(session, model_id, family, profile)
+
+    return await run_probe(
+        model_id, steps, lease=pool_lease(model_id, ModelType.EMBEDDINGS), check=check, save=save
+    )
 
 
 async def check_embeddings(loaded: LoadedModel) -> str:
@@ -86,15 +67,16 @@ async def check_embeddings(loaded: LoadedModel) -> str:
     )
 
 
-def save_embedding_capabilities(model_id: str, family: str, profile: EmbeddingProfile) -> ModelCapabilities:
-    with Session(get_engine()) as session:
-        return save_capabilities(
-            session,
-            model_id,
-            model_type=str(ModelType.EMBEDDINGS),
-            model_family=family,
-            embedding_dimensions=profile.dimensions,
-            max_sequence_length=profile.max_tokens,
-            is_normalized=profile.normalize,
-            embedding_pooling=profile.pooling,
-        )
+def save_embedding_capabilities(
+    session: Session, model_id: str, family: str, profile: EmbeddingProfile
+) -> ModelCapabilities:
+    return save_capabilities(
+        session,
+        model_id,
+        model_type=str(ModelType.EMBEDDINGS),
+        model_family=family,
+        embedding_dimensions=profile.dimensions,
+        max_sequence_length=profile.max_tokens,
+        is_normalized=profile.normalize,
+        embedding_pooling=profile.pooling,
+    )

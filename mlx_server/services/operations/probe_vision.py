@@ -11,9 +11,9 @@ from PIL import Image
 
 from mlx_server.errors import APIError
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams, generate_text
-from mlx_server.services.pipeline.sampling import SamplingParams
-from mlx_server.services.pipeline.vision import vision_inputs
+from mlx_server.services.pipeline.engine.generation import generate_text
+from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams, SamplingParams
+from mlx_server.services.pipeline.engine.vision import vision_inputs
 
 PROBE_IMAGE_SIDE = 56
 QUESTION = "Describe the images."

@@ -21,19 +21,10 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
 )
 from mlx_server.services.pipeline.json_calls import JsonCallReader
-from mlx_server.services.pipeline.request import ToolChoice
+from mlx_server.services.pipeline.request import OutputFormat, ToolChoice
 from mlx_server.services.pipeline.streaming import StreamEvent, StreamingProcessor
-from mlx_server.services.pipeline.structured_output import OutputFormat, output_problem
+from mlx_server.services.pipeline.structured_output import output_problem
 from mlx_server.services.pipeline.tool_calls import ToolCallChecker
-
-
-def forced_tool(tool_choice: ToolChoice) -> str | None:
-    """The function a named tool_choice requires, if any."""
-    if isinstance(tool_choice, dict):
-        function = tool_choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        return name if isinstance(name, str) else None
-    return None
 
 
 def rejected_calls_notice(count: int) -> str:
@@ -61,11 +52,11 @@ class ChatTurn:
             adapter.thinking_parser,
             tools_declared=bool(tools),
             starts_in_thinking=opens_thinking(prompt, adapter.thinking_parser),
-            json_calls=JsonCallReader(tools) if tools and tool_choice != "none" else None,
+            json_calls=JsonCallReader(tools) if tools and tool_choice.offers_tools else None,
         )
-        self._checker = ToolCallChecker(tools if tool_choice != "none" else None, strict=constrained_calls)
+        self._checker = ToolCallChecker(tools if tool_choice.offers_tools else None, strict=constrained_calls)
         # Without tools a call-shaped reply cannot be a call: it is the model's text, kept as content.
-        self._no_tools = not tools or tool_choice == "none"
+        self._no_tools = not tools or not tool_choice.offers_tools
         self._tool_parser = adapter.tool_parser
         self._constrained_calls = constrained_calls
         # A call the checker refuses is the model's text after all: returned as content (what
@@ -148,7 +139,7 @@ class ChatTurn:
     def _notices(self, generation_reason: FinishReason | None) -> list[str]:
         """What the client asked for but the model did not do (never papered over with a fake
         call), and why a reply is empty when it is: never silently."""
-        required = self._tool_choice == "required" or forced_tool(self._tool_choice) is not None
+        required = self._tool_choice.requires_call
         rejected = self._checker.rejected
         text = "".join(self._text).strip()
         if required and not self.calls:

@@ -9,8 +9,9 @@ from mlx_server.errors import APIError
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.operations.generation_defaults import default_max_tokens
 from mlx_server.services.operations.model_defaults import current_defaults
+from mlx_server.services.pipeline.engine.generation import generate_text
+from mlx_server.services.pipeline.engine.params import CompletionStats, GeneratedText
 from mlx_server.services.pipeline.events import Finish, GenerationEvent, TextDelta
-from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText, generate_text
 from mlx_server.services.pipeline.inference import (
     EventStream,
     check_sampling,

@@ -22,7 +22,7 @@ from mlx_server.models.detection import ModelType
 from mlx_server.models.embedding_profile import EmbeddingProfile
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import get_model_pool
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.generation import admission
 from mlx_server.utils.metal import run_on_metal_thread
 
 # OpenAI's own limit per request; clients (LangChain, LlamaIndex) already split above it.

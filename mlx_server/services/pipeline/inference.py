@@ -25,26 +25,21 @@ from mlx_server.observability import GenerationSpan, traced_pipeline
 from mlx_server.services.leased_stream import LeasedStream
 from mlx_server.services.operations.generation_defaults import default_max_tokens
 from mlx_server.services.operations.model_defaults import current_defaults
-from mlx_server.services.pipeline.chat_turn import ChatTurn, forced_tool
-from mlx_server.services.pipeline.constraints import (
+from mlx_server.services.pipeline.chat_turn import ChatTurn
+from mlx_server.services.pipeline.engine.constraints import (
     GrammarProcessor,
     build_matcher,
     lark_grammar,
     special_tokens_of,
     specialize,
 )
+from mlx_server.services.pipeline.engine.generation import admission, generate_text
+from mlx_server.services.pipeline.engine.params import CompletionStats, GeneratedText, GenerationParams
+from mlx_server.services.pipeline.engine.vision import VisionInputs, request_images, vision_inputs
 from mlx_server.services.pipeline.events import Finish, FinishReason, GenerationEvent, Reply
-from mlx_server.services.pipeline.generation import (
-    CompletionStats,
-    GeneratedText,
-    GenerationParams,
-    admission,
-    generate_text,
-)
 from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
-from mlx_server.services.pipeline.vision import VisionInputs, request_images, vision_inputs
-from mlx_server.services.remote.routing import route_chat
+from mlx_server.services.remote.routing import LocalTarget, RemoteReply, route_chat
 
 logger = logging.getLogger("mlx_server.inference")
 
@@ -210,10 +205,9 @@ def check_sampling(loaded: LoadedModel, params: GenerationParams) -> None:
 
 def _tool_choice_instruction(tool_choice: ToolChoice) -> str | None:
     """Without constrained decoding, a required call is asked for in words; the reply is checked."""
-    name = forced_tool(tool_choice)
-    if name is not None:
-        return f"You must answer by calling the function {name!r}."
-    if tool_choice == "required":
+    if tool_choice.function is not None:
+        return f"You must answer by calling the function {tool_choice.function!r}."
+    if tool_choice.requires_call:
         return "You must answer by calling one or more of the tools."
     return None
 
@@ -222,9 +216,9 @@ def _request_tools(
     tools: list[dict[str, Any]] | None, tool_choice: ToolChoice
 ) -> list[dict[str, Any]] | None:
     """The tools the model is shown: none for tool_choice "none", only the named one when forced."""
-    if not tools or tool_choice == "none":
+    if not tools or not tool_choice.offers_tools:
         return None
-    name = forced_tool(tool_choice)
+    name = tool_choice.function
     if name is None:
         return tools
     named = [t for t in tools if (t.get("function") or {}).get("name") == name]
@@ -245,9 +239,11 @@ async def generate_chat_completion(
     provides a grammar), and `output_format` constrains the reply to JSON (schema).
     """
     stats = stats if stats is not None else CompletionStats()
-    routed = await route_chat(request, stats, _local_chat_completion)  # rules, remote backends
-    if routed is not None:
-        return EventStream(*routed)
+    routed = await route_chat(request, stats)  # rules, remote backends
+    if isinstance(routed, RemoteReply):
+        return EventStream(routed.events, routed.release)
+    if isinstance(routed, LocalTarget):
+        request = replace(request, model=routed.model)
     return await _local_chat_completion(request, stats)
 
 
@@ -281,8 +277,13 @@ async def _local_chat_completion(request: GenerationRequest, stats: CompletionSt
     )
     params = _under_grammar(request.params) if constraint is not None else request.params
     pieces = generate_text(loaded, prompt, params, max_tokens, stats, constraint, vision)
-    generation = GenerationSpan(loaded.model_id)  # ended with the stream, with its figures
-    return EventStream(_chat_events(pieces, turn, stats), generation.ending(stats, release))
+    span = GenerationSpan(loaded.model_id)
+
+    def end_and_release() -> None:  # the stream's release: runs exactly once
+        span.end(stats.trace_figures())
+        release()
+
+    return EventStream(_chat_events(pieces, turn, stats), end_and_release)
 
 
 async def _chat_events(
@@ -344,8 +345,8 @@ async def _constraint(
     """The grammar this request generates under, if any: forced tool calls first, then JSON;
     and whether it is a tool-call grammar."""
     grammar, param = None, ""
-    named = forced_tool(request.tool_choice) is not None
-    if tools and (request.tool_choice == "required" or named):
+    named = request.tool_choice.function is not None
+    if tools and request.tool_choice.requires_call:
         parallel = request.parallel_tool_calls and not named
         lark = loaded.chat.tool_parser.call_grammar(tools, parallel=parallel)
         if lark is None:

@@ -3,13 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mlx_server.errors import APIError
-from mlx_server.services.pipeline.generation import GenerationParams
-from mlx_server.services.pipeline.structured_output import OutputFormat
+from mlx_server.services.pipeline.engine.params import GenerationParams
 
-ToolChoice = str | dict[str, Any] | None
+ToolMode = Literal["auto", "none", "required"]
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """Which tool calls a reply must make, decoded once per protocol into this one type: "auto"
+    (the model decides), "none" (no call: tools are not shown), "required" (at least one call),
+    and for a named choice the one `function` every call must be (then `mode` is "required")."""
+
+    mode: ToolMode = "auto"
+    function: str | None = None
+
+    @classmethod
+    def named(cls, function: str) -> ToolChoice:
+        return cls("required", function)
+
+    @property
+    def requires_call(self) -> bool:
+        return self.mode == "required"
+
+    @property
+    def offers_tools(self) -> bool:
+        return self.mode != "none"
+
+    def as_openai(self) -> str | dict[str, Any]:
+        """OpenAI's wire form (a remote backend's request)."""
+        if self.function is not None:
+            return {"type": "function", "function": {"name": self.function}}
+        return self.mode
+
+    def as_anthropic(self) -> dict[str, str]:
+        """Anthropic's wire form (a remote backend's request)."""
+        if self.function is not None:
+            return {"type": "tool", "name": self.function}
+        return {"type": "any" if self.mode == "required" else self.mode}
+
+
+@dataclass(frozen=True)
+class OutputFormat:
+    """What a reply must be (response_format): JSON, its schema, and the grammar that keeps it so
+    (structured_output.py builds it; `param` names the request field for errors)."""
+
+    kind: str  # "json_object" | "json_schema"
+    schema: dict[str, Any]
+    grammar: str
+    param: str
 
 
 @dataclass(frozen=True)
@@ -59,7 +103,7 @@ class GenerationRequest:
     prompt: str | list[int] | None = None
     echo: bool = False
     tools: list[dict[str, Any]] | None = None
-    tool_choice: ToolChoice = None
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
     output_format: OutputFormat | None = None
     enable_thinking: bool | None = None

@@ -21,7 +21,7 @@ from mlx_server.models.detection import CROSS_ENCODER_ARCHITECTURES, ModelType, 
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import get_model_pool
 from mlx_server.services.pipeline.embeddings import create_embeddings
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.generation import admission
 from mlx_server.utils.metal import run_on_metal_thread
 
 BATCH_SIZE = 32

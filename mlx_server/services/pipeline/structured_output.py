@@ -7,24 +7,16 @@ a reply can still fall short (max_tokens ran out mid-object) and reports it, nev
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mlx_server.errors import APIError
-from mlx_server.services.pipeline.constraints import json_schema_grammar
+from mlx_server.services.pipeline.engine.constraints import json_schema_grammar
+from mlx_server.services.pipeline.request import OutputFormat
 
 SCHEMA_PARAM = "response_format.json_schema.schema"
-
-
-@dataclass(frozen=True)
-class OutputFormat:
-    kind: str  # "json_object" | "json_schema"
-    schema: dict[str, Any]
-    grammar: str
-    param: str
 
 
 def parse_response_format(response_format: dict[str, Any] | None) -> OutputFormat | None:

@@ -17,7 +17,6 @@ import httpx
 from mlx_server.errors import APIError
 from mlx_server.schemas.openai import FunctionCall, ToolCall
 from mlx_server.services.operations.generation_defaults import default_max_tokens
-from mlx_server.services.pipeline.chat_turn import forced_tool
 from mlx_server.services.pipeline.events import (
     Finish,
     FinishReason,
@@ -89,17 +88,6 @@ def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
     return "\n\n".join(system), turns
 
 
-def _tool_choice(request: GenerationRequest) -> dict[str, Any] | None:
-    choice = request.tool_choice
-    name = forced_tool(choice)
-    if name is not None:
-        return {"type": "tool", "name": name}
-    mapped = {"auto": "auto", "required": "any", "none": "none"}.get(
-        choice if isinstance(choice, str) else ""
-    )
-    return {"type": mapped} if mapped else None
-
-
 def messages_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     params = request.params
     system, turns = _turns(request.messages or [])
@@ -127,9 +115,8 @@ def messages_body(request: GenerationRequest, model: str) -> dict[str, Any]:
             }
             for f in (tool.get("function") or {} for tool in request.tools)
         ]
-    choice = _tool_choice(request) if request.tools else None
-    if choice is not None:
-        body["tool_choice"] = choice
+    if request.tools:
+        body["tool_choice"] = request.tool_choice.as_anthropic()
     return body
 
 

@@ -10,6 +10,7 @@ from typing import Any, cast
 import httpx
 
 from mlx_server.schemas.openai import FunctionCall, ToolCall
+from mlx_server.services.pipeline.engine.params import SamplingParams
 from mlx_server.services.pipeline.events import (
     Finish,
     FinishReason,
@@ -21,7 +22,6 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
 )
 from mlx_server.services.pipeline.request import GenerationRequest
-from mlx_server.services.pipeline.sampling import SamplingParams
 from mlx_server.services.remote.progress import UpstreamProgress
 
 FINISH_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "tool_calls": "tool_calls"}
@@ -50,8 +50,8 @@ def chat_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     if request.tools:
         body["tools"] = request.tools
         body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tool_choice is not None:
-        body["tool_choice"] = request.tool_choice
+    if request.tools:
+        body["tool_choice"] = request.tool_choice.as_openai()
     if request.output_format is not None:
         schema = {"name": "output", "schema": request.output_format.schema}
         body["response_format"] = (

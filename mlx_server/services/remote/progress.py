@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import Usage
-from mlx_server.services.pipeline.generation import CompletionStats
 
 
 class UpstreamError(Exception):

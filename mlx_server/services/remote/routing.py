@@ -15,9 +15,9 @@ import asyncio
 import logging
 import math
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack
-from dataclasses import replace
+from dataclasses import dataclass
 
 import httpx
 from sqlmodel import Session
@@ -26,9 +26,8 @@ from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend
-from mlx_server.services.leased_stream import LeasedStream
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import GenerationEvent
-from mlx_server.services.pipeline.generation import CompletionStats
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.remote.anthropic_upstream import anthropic_events, messages_body
 from mlx_server.services.remote.backends import (
@@ -46,14 +45,27 @@ from mlx_server.services.remote.progress import UpstreamError, UpstreamProgress
 logger = logging.getLogger("mlx_server.remote")
 
 Events = AsyncGenerator[GenerationEvent, None]
-LocalChat = Callable[[GenerationRequest, CompletionStats], Awaitable[LeasedStream[GenerationEvent]]]
 
 
-async def route_chat(
-    request: GenerationRequest, stats: CompletionStats, local: LocalChat
-) -> tuple[Events, Callable[[], None]] | None:
-    """The events of the first target that serves `request` and their release; None when no
-    rule or backend applies (the caller's local path serves it as it always has)."""
+@dataclass(frozen=True)
+class RemoteReply:
+    """A remote target serves the request: its events, and their release."""
+
+    events: Events
+    release: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class LocalTarget:
+    """A local model serves the request (the rule's target, which may be another model)."""
+
+    model: str
+
+
+async def route_chat(request: GenerationRequest, stats: CompletionStats) -> RemoteReply | LocalTarget | None:
+    """Where `request` goes: the first remote target that serves it (its events opened), or the
+    first local target reached; None when no rule or backend applies (the request's own model
+    serves it as it always has). The caller generates locally; routing never calls back."""
     with Session(get_engine()) as session:
         targets = route_targets(session, request.model)
         backends = {b.name: b for b in list_backends(session)} if targets else {}
@@ -62,11 +74,10 @@ async def route_chat(
     tried: list[str] = []
     for target in targets:
         if target.backend is None:
-            stream = await local(replace(request, model=target.model), stats)
-            return aiter(stream), stream.release
+            return LocalTarget(target.model)
         opened = await _try_backend(backends.get(target.backend), target, request, stats, tried)
         if opened is not None:
-            return opened
+            return RemoteReply(*opened)
     raise _all_down(request.model, tried, [backends[t.backend] for t in targets if t.backend in backends])
 
 

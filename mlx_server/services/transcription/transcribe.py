@@ -20,7 +20,7 @@ from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import ENDPOINTS, LoadedModel, read_spec
 from mlx_server.models.pool import get_model_pool
 from mlx_server.services.operations.model_defaults import current_defaults
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.generation import admission
 from mlx_server.services.transcription.audio_input import AudioFile, samples_16k
 from mlx_server.services.transcription.whisper_windows import SampleReader, Samples, WhisperWindows
 from mlx_server.utils.metal import stream_on_metal_thread

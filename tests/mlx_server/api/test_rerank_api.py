@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 
 from mlx_server.models.detection import ModelType, detect_model_type
 from mlx_server.models.store import default_embedding_model_dir
-from mlx_server.services.operations.probe import ProbeStep, probe_model
+from mlx_server.services.operations.probe import probe_model
+from mlx_server.services.operations.probe_steps import ProbeStep
 from tests.fixtures.tiny_cross_encoder import build_tiny_cross_encoder
 from tests.mlx_server.api.conftest import standalone_server
 

@@ -18,7 +18,7 @@ from mlx_server.database import get_engine, upgrade_database
 from mlx_server.main import create_app
 from mlx_server.models.pool import get_model_pool
 from mlx_server.records import ModelRecord, ModelSource
-from mlx_server.services.pipeline.generation import admission
+from mlx_server.services.pipeline.engine.generation import admission
 
 LIMIT_S = 1.0
 LONG = [{"role": "user", "content": "Write a very long story about a lighthouse keeper."}]

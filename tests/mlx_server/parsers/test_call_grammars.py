@@ -79,7 +79,7 @@ def test_markers_that_are_single_added_tokens_are_matched_as_those_tokens(
     from llguidance.hf import from_tokenizer
     from transformers import AutoTokenizer
 
-    from mlx_server.services.pipeline.constraints import lark_grammar, special_tokens_of, specialize
+    from mlx_server.services.pipeline.engine.constraints import lark_grammar, special_tokens_of, specialize
 
     hf = AutoTokenizer.from_pretrained(str(smollm_dir))
     hf.add_tokens(["<tool_call>", "</tool_call>"], special_tokens=special)

@@ -215,7 +215,7 @@ def test_grammar_with_tags_bound_to_added_tokens(smollm_dir: Path, parser_id: st
     from llguidance.hf import from_tokenizer
     from transformers import AutoTokenizer
 
-    from mlx_server.services.pipeline.constraints import lark_grammar, special_tokens_of, specialize
+    from mlx_server.services.pipeline.engine.constraints import lark_grammar, special_tokens_of, specialize
 
     hf: Any = AutoTokenizer.from_pretrained(str(smollm_dir))
     hf.add_tokens(ADDED_TAGS[parser_id], special_tokens=True)

@@ -175,7 +175,7 @@ def test_grammars_hold_when_markers_are_the_models_added_tokens(smollm_dir: Path
     from llguidance.hf import from_tokenizer
     from transformers import AutoTokenizer
 
-    from mlx_server.services.pipeline.constraints import special_tokens_of, specialize
+    from mlx_server.services.pipeline.engine.constraints import special_tokens_of, specialize
 
     hf: Any = AutoTokenizer.from_pretrained(str(smollm_dir))
     markers = [

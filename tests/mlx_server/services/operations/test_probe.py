@@ -25,12 +25,12 @@ from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
 from mlx_server.services.operations.probe import (
     STEP_NAMES,
     ProbeRunningError,
-    ProbeStep,
     _tool_detail,
     is_probe_running,
     probe_model,
 )
 from mlx_server.services.operations.probe_parsers import find_thinking_parser, find_tool_parser
+from mlx_server.services.operations.probe_steps import ProbeStep
 from mlx_server.utils.memory import GB, kv_bytes_per_token, practical_max_tokens
 from mlx_server.utils.metal import reset_metal_thread
 

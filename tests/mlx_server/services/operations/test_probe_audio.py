@@ -14,8 +14,9 @@ from sqlmodel import Session
 from mlx_server.database import get_engine, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from mlx_server.services.operations.probe import ProbeStep, probe_model
+from mlx_server.services.operations.probe import probe_model
 from mlx_server.services.operations.probe_audio import AUDIO_STEP_NAMES
+from mlx_server.services.operations.probe_steps import ProbeStep
 from mlx_server.utils.metal import reset_metal_thread
 
 

@@ -16,8 +16,9 @@ from mlx_server.models.detection import ModelType, detect_model_type
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.models.store import default_embedding_model_dir
 from mlx_server.records import ModelCapabilities, ModelRecord, ModelSource
-from mlx_server.services.operations.probe import ProbeStep, probe_model
+from mlx_server.services.operations.probe import probe_model
 from mlx_server.services.operations.probe_embeddings import EMBEDDING_STEP_NAMES
+from mlx_server.services.operations.probe_steps import ProbeStep
 from mlx_server.utils.metal import reset_metal_thread
 
 

@@ -14,7 +14,8 @@ import pytest
 from mlx_server.database import upgrade_database
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template, read_config
 from mlx_server.models.pool import get_model_pool, reset_model_pool
-from mlx_server.services.operations.probe import VISION_STEP_NAMES, ProbeStep, probe_model
+from mlx_server.services.operations.probe import VISION_STEP_NAMES, probe_model
+from mlx_server.services.operations.probe_steps import ProbeStep
 from mlx_server.utils.metal import reset_metal_thread
 from tests.mlx_server.services.operations.test_probe import _register
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from mlx_server.models.adapters import create_adapter
 from mlx_server.services.pipeline.chat_turn import ChatTurn
+from mlx_server.services.pipeline.engine.params import CompletionStats, GeneratedText
 from mlx_server.services.pipeline.events import FinishReason, GenerationEvent, Reply
-from mlx_server.services.pipeline.generation import CompletionStats, GeneratedText
 from mlx_server.services.pipeline.inference import _chat_events
 from mlx_server.services.pipeline.request import ToolChoice
 
@@ -28,11 +28,12 @@ def canned_events(
     reason: FinishReason = "stop",
     *,
     tools: list[dict[str, Any]] | None,
-    tool_choice: ToolChoice = "auto",
+    tool_choice: ToolChoice | str | None = "auto",
     stats: CompletionStats | None = None,
 ) -> list[GenerationEvent]:
     """The events a model writing `text` produces (a Qwen adapter: hermes calls, <think>)."""
-    turn = ChatTurn(create_adapter("qwen", tokenizer), prompt="", tools=tools, tool_choice=tool_choice)
+    choice = tool_choice if isinstance(tool_choice, ToolChoice) else ToolChoice(tool_choice or "auto")
+    turn = ChatTurn(create_adapter("qwen", tokenizer), prompt="", tools=tools, tool_choice=choice)
     figures = stats if stats is not None else CompletionStats()
 
     async def run() -> list[GenerationEvent]:

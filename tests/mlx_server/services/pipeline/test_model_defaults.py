@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, parse_assignments
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
 from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
 from mlx_server.services.pipeline.request import GenerationRequest
-from mlx_server.services.pipeline.sampling import SamplingParams
 
 DEFAULTS = ModelDefaults(temperature=0.0, top_k=20, max_tokens=64, system_prompt="Be brief.", thinking=False)
 HELLO = [{"role": "user", "content": "Hello"}]

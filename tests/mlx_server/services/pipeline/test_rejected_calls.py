@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from mlx_server.services.pipeline import anthropic_render, ollama_render, openai_render
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import Notice, TextDelta, ToolCallRejected
-from mlx_server.services.pipeline.generation import CompletionStats
-from mlx_server.services.pipeline.ollama_render import RequestClock
-from mlx_server.services.pipeline.responses_render import ResponseBuilder
+from mlx_server.services.pipeline.protocols import anthropic_render, ollama_render, openai_render
+from mlx_server.services.pipeline.protocols.ollama_render import RequestClock
+from mlx_server.services.pipeline.protocols.responses_render import ResponseBuilder
 from tests.mlx_server.services.pipeline.canned import canned_events, canned_reply, replay
 from tests.mlx_server.services.pipeline.test_tool_streaming import TOOLS
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mlx_server.errors import APIError
-from mlx_server.services.pipeline.constraints import MAX_SCHEMA_BYTES, specialize
+from mlx_server.services.pipeline.engine.constraints import MAX_SCHEMA_BYTES, specialize
 from mlx_server.services.pipeline.structured_output import output_problem, parse_response_format
 
 SCHEMA: dict[str, Any] = {

@@ -16,8 +16,8 @@ import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 
-from mlx_server.services.pipeline import openai_render
 from mlx_server.services.pipeline.events import TextDelta
+from mlx_server.services.pipeline.protocols import openai_render
 from tests.mlx_server.services.pipeline.canned import canned_events, canned_reply, replay
 
 TOOLS: list[dict[str, Any]] = [

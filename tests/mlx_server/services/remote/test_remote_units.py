@@ -11,8 +11,8 @@ from sqlmodel import Session
 
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind
-from mlx_server.services.pipeline.generation import GenerationParams
-from mlx_server.services.pipeline.request import GenerationRequest
+from mlx_server.services.pipeline.engine.params import GenerationParams
+from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.remote.anthropic_upstream import messages_body
 from mlx_server.services.remote.backends import BackendIn, RuleIn, route_targets, save_backend, save_rule
 from mlx_server.services.remote.breaker import CircuitBreaker
@@ -104,7 +104,7 @@ def test_an_openai_format_chat_becomes_anthropic_turns() -> None:
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
         ],
         tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        tool_choice=ToolChoice.named("get_weather"),
     )
     body = messages_body(request, "claude-x")
     assert body["system"] == "Be brief." and body["max_tokens"] == 20 and body["stop_sequences"] == ["END"]

@@ -23,8 +23,12 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
     Usage,
 )
-from mlx_server.services.pipeline.responses_render import ResponseBuilder, response_events, response_object
-from mlx_server.services.pipeline.responses_request import input_items, responses_to_internal
+from mlx_server.services.pipeline.protocols.responses_render import (
+    ResponseBuilder,
+    response_events,
+    response_object,
+)
+from mlx_server.services.pipeline.protocols.responses_request import input_items, responses_to_internal
 
 CALL = ToolCall(id="call_1", function=FunctionCall(name="get_weather", arguments='{"city": "Paris"}'))
 

@@ -37,8 +37,8 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.constraints import GrammarProcessor
-from mlx_server.services.pipeline.sampling import LogitsProcessor, Sampler
+from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
+from mlx_server.services.pipeline.engine.sampling import LogitsProcessor, Sampler
 
 Tokens = Generator[tuple[int, mx.array], None, None]
 

@@ -13,15 +13,19 @@ from typing import Any
 
 from mlx_server.schemas.responses import ResponseRequest
 from mlx_server.services.operations.responses_store import conversation_after, save_response
-from mlx_server.services.pipeline.generation import CompletionStats
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.inference import EventStream, generate_chat_completion
-from mlx_server.services.pipeline.responses_render import (
+from mlx_server.services.pipeline.protocols.responses_render import (
     Payload,
     ResponseBuilder,
     response_events,
     response_object,
 )
-from mlx_server.services.pipeline.responses_request import input_items, request_echo, responses_to_internal
+from mlx_server.services.pipeline.protocols.responses_request import (
+    input_items,
+    request_echo,
+    responses_to_internal,
+)
 
 FINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 

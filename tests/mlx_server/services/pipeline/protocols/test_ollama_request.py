@@ -8,7 +8,7 @@ import pytest
 
 from mlx_server.errors import APIError
 from mlx_server.schemas.ollama import OllamaChatRequest, OllamaGenerateRequest, OllamaMessage, OllamaOptions
-from mlx_server.services.pipeline.ollama_request import (
+from mlx_server.services.pipeline.protocols.ollama_request import (
     chat_request,
     generate_request,
     generation_params,

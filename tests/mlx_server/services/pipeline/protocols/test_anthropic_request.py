@@ -17,10 +17,10 @@ from anthropic.lib.streaming._messages import accumulate_event
 
 from mlx_server.errors import APIError
 from mlx_server.schemas.anthropic import MessagesInput, MessagesRequest
-from mlx_server.services.pipeline import anthropic_render
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import Finish, FinishReason, Reply
-from mlx_server.services.pipeline.generation import CompletionStats
-from mlx_server.services.pipeline.protocol import ProtocolTranslator
+from mlx_server.services.pipeline.protocols import anthropic_render
+from mlx_server.services.pipeline.protocols.anthropic_request import ProtocolTranslator
 from tests.mlx_server.services.pipeline.canned import canned_events, canned_reply, replay
 
 translator = ProtocolTranslator()
@@ -154,7 +154,7 @@ def test_error_results_images_and_redacted_thinking() -> None:
 )
 def test_tool_choice_maps_to_the_pipelines(choice: dict[str, Any], expected: Any, parallel: bool) -> None:
     chat = _internal(tools=[WEATHER], tool_choice=choice, messages=[{"role": "user", "content": "x"}])
-    assert chat.tool_choice == expected
+    assert chat.tool_choice.as_openai() == expected
     assert chat.parallel_tool_calls is parallel
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mlx.core as mx
 from PIL import Image
@@ -20,10 +20,8 @@ from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.images import ImageRejected, load_image
+from mlx_server.services.pipeline.request import ImagePart
 from mlx_server.utils.metal import run_on_metal_thread
-
-if TYPE_CHECKING:  # request.py imports generation.py, which imports this module
-    from mlx_server.services.pipeline.request import ImagePart
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,14 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.sequence import (
+from mlx_server.services.pipeline.engine.sequence import (
     Alone,
     BatchedSequence,
     Progress,
+    decoder_of,
     start_sequence,
-    token_steps,
 )
-from mlx_server.services.pipeline.token_text import TokenStep
+from mlx_server.services.pipeline.engine.token_text import TokenStep, stop_tokens
 from mlx_server.utils.metal import heal_random_key, stream_on_metal_thread
 
 logger = logging.getLogger("mlx_server.batching")
@@ -81,7 +81,7 @@ class _Run:
             prefill_batch_size=min(size, PREFILL_BATCH),
             prefill_step_size=get_settings().prefill_chunk_tokens,
         )
-        self.stops = StopSequences([[t] for t in loaded.chat.get_stop_tokens()])
+        self.stops = StopSequences([[t] for t in stop_tokens(loaded)])
         self.running: dict[int, BatchedSequence] = {}
         self.alone: Alone | None = None
 
@@ -192,7 +192,11 @@ class _Run:
             member = self.running.get(response.uid)
             if member is None:  # failed above
                 continue
-            steps = token_steps(loaded, member, response.token, response.logprobs, response.finish_reason)
+            decoder = decoder_of(member)
+            steps = decoder.decode(response.token, response.logprobs)
+            # mlx-lm counts the same budget and stop tokens; should it end a sequence first, it still ends
+            if response.finish_reason is not None and not decoder.finished:
+                steps.append(decoder.finish("length"))
             items.extend((member, step) for step in steps)
             if response.finish_reason is not None:
                 del self.running[response.uid]

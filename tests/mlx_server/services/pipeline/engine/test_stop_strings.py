@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mlx_server.services.pipeline.stop_strings import StopStringFilter
+from mlx_server.services.pipeline.engine.stop_strings import StopStringFilter
 
 
 def _run(pieces: list[str], stops: list[str]) -> tuple[str, bool]:

@@ -24,10 +24,9 @@ from mlx_server.schemas.anthropic import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
-from mlx_server.services.pipeline.sampling import SamplingParams
 
 
 class ProtocolTranslator:
@@ -189,14 +188,17 @@ def _openai_tool(name: str, description: str | None, schema: dict[str, Any]) -> 
 
 
 def _tool_choice(request: MessagesInput) -> ToolChoice:
+    """Anthropic's tool_choice (auto, any, tool, none) decoded."""
     choice = request.tool_choice
-    if choice is None:
-        return None
+    if choice is None or choice.type == "auto":
+        return ToolChoice()
     if choice.type == "any":
-        return "required"
+        return ToolChoice("required")
     if choice.type == "tool":
-        return {"type": "function", "function": {"name": choice.name}}
-    return choice.type  # "auto" | "none"
+        if not choice.name:
+            raise APIError(400, 'tool_choice "tool" needs the name of a tool.', param="tool_choice.name")
+        return ToolChoice.named(choice.name)
+    return ToolChoice("none")
 
 
 def _thinking_toggle(request: MessagesInput) -> bool | None:

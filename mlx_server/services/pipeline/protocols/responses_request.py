@@ -29,12 +29,11 @@ from mlx_server.schemas.responses import (
     ResponseRequest,
     TextConfig,
 )
-from mlx_server.services.pipeline.generation import GenerationParams
+from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
-from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
-from mlx_server.services.pipeline.responses_render import new_item_id
-from mlx_server.services.pipeline.sampling import SamplingParams
-from mlx_server.services.pipeline.structured_output import SCHEMA_PARAM, OutputFormat, parse_response_format
+from mlx_server.services.pipeline.protocols.responses_render import new_item_id
+from mlx_server.services.pipeline.request import GenerationRequest, OutputFormat, ToolChoice
+from mlx_server.services.pipeline.structured_output import SCHEMA_PARAM, parse_response_format
 
 Item = dict[str, Any]
 _ITEMS = TypeAdapter(list[InputItem])
@@ -175,8 +174,8 @@ def _tool_choice(body: ResponseRequest, tools: list[dict[str, Any]] | None) -> T
                 f"tool_choice names {choice.name!r}, which is not one of the tools ({', '.join(names)}).",
                 param="tool_choice.name",
             )
-        return {"type": "function", "function": {"name": choice.name}}
-    return choice
+        return ToolChoice.named(choice.name)
+    return ToolChoice(choice or "auto")
 
 
 def _output_format(text: TextConfig | None) -> OutputFormat | None:

@@ -19,16 +19,12 @@ from mlx_lm.models.cache import TokenBuffer
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.sampling import LogitsProcessor, Sampler, make_processors, make_sampler
-from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
+from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams
+from mlx_server.services.pipeline.engine.sampling import LogitsProcessor, Sampler, sampling_for
+from mlx_server.services.pipeline.engine.token_text import TokenDecoder, TokenStep
 
 if TYPE_CHECKING:
-    from mlx_server.services.pipeline.constraints import GrammarProcessor
-    from mlx_server.services.pipeline.generation import CompletionStats, GenerationParams
-
-
-def greedy(logprobs: mx.array) -> mx.array:
-    return mx.argmax(logprobs, axis=-1)
+    from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
 
 
 @dataclass(eq=False)
@@ -43,7 +39,7 @@ class BatchedSequence:
     stats: CompletionStats
     items: asyncio.Queue[TokenStep | BaseException] = field(default_factory=asyncio.Queue)
     uid: int = -1
-    detokenizer: Any = None
+    decoder: TokenDecoder | None = None  # set when the sequence starts, on the MLX thread
     # An error of this sequence's own logits processors (a grammar that lost its way): it ends
     # this sequence only.
     error: BaseException | None = None
@@ -81,15 +77,12 @@ class Progress:
 
 
 def start_sequence(loaded: LoadedModel, sequence: BatchedSequence) -> Progress:
-    """A new sequence from the longest cached prefix of its prompt, with its own sampler and
-    logits processors."""
-    params = sequence.params
+    """A new sequence from the longest cached prefix of its prompt, with its own sampler, logits
+    processors and token decoder."""
     cache, reused = loaded.prompt_cache.take(loaded.model, sequence.prompt)
     sequence.stats.cached_prompt_tokens = reused
-    sequence.detokenizer = detokenizer_for(loaded.tokenizer, params.continuation)
-    sampler: Sampler = greedy if params.sampling.temperature == 0 else make_sampler(params.sampling)
-    # The grammar goes last: penalties and biases must not revive a token it ruled out.
-    processors = make_processors(params.sampling) + ([sequence.constraint] if sequence.constraint else [])
+    sequence.decoder = TokenDecoder(loaded, sequence.params, sequence.max_tokens)
+    sampler, processors = sampling_for(sequence.params.sampling, sequence.constraint)
     return Progress(
         cache,
         sequence.prompt[:reused],
@@ -100,22 +93,9 @@ def start_sequence(loaded: LoadedModel, sequence: BatchedSequence) -> Progress:
     )
 
 
-def token_steps(
-    loaded: LoadedModel, sequence: BatchedSequence, token: int, logprobs: mx.array, finish: str | None
-) -> list[TokenStep]:
-    """A generated token's text (a stop token has none), and the finish after the last one."""
-    detokenizer = sequence.detokenizer
-    if finish == "stop":  # one of the model's end-of-turn tokens
-        detokenizer.finalize()
-        return [TokenStep(detokenizer.last_segment, None, "stop")]
-    detokenizer.add_token(token)
-    top = sequence.params.top_logprobs
-    logprob = None if top is None else token_logprob(loaded.tokenizer, token, logprobs, top)
-    steps = [TokenStep(detokenizer.last_segment, logprob, None)]
-    if finish == "length":
-        detokenizer.finalize()
-        steps.append(TokenStep(detokenizer.last_segment, None, "length"))
-    return steps
+def decoder_of(sequence: BatchedSequence) -> TokenDecoder:
+    assert sequence.decoder is not None, "a started sequence"
+    return sequence.decoder
 
 
 class Alone:
@@ -137,7 +117,7 @@ class Alone:
         self.loaded = loaded
         self.sequence = sequence
         self.progress = progress
-        self.stop_tokens = set(loaded.chat.get_stop_tokens())
+        self.decoder = decoder_of(sequence)
         self.chunk = get_settings().prefill_chunk_tokens
         # The tokens the logits processors see: the prompt, then each token fed (as the batch's).
         self.context = TokenBuffer(sequence.prompt[:-1]) if progress.processors else None
@@ -186,11 +166,9 @@ class Alone:
 
     def _report(self, token: int, logprobs: mx.array) -> list[TokenStep]:
         """`token`'s steps; after the last one, the cache goes back to the prompt cache."""
-        progress = self.progress
-        progress.left -= 1
-        finish = "stop" if token in self.stop_tokens else "length" if progress.left == 0 else None
-        steps = token_steps(self.loaded, self.sequence, token, logprobs, finish)
-        if finish is not None:
+        steps = self.decoder.decode(token, logprobs)
+        self.progress.left = self.decoder.left
+        if self.decoder.finished:
             self.leave()
         return steps
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Generator, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
@@ -23,116 +22,25 @@ from mlx_server.config import get_settings
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
-from mlx_server.services.pipeline.batching import batched_steps, can_batch
-from mlx_server.services.pipeline.constraints import GrammarProcessor
-from mlx_server.services.pipeline.events import (
-    FinishReason,
-    GenerationEvent,
-    Notice,
-    TokenLogprob,
-    ToolCallRejected,
-    Usage,
-)
-from mlx_server.services.pipeline.sampling import SamplingParams, make_processors, make_sampler
-from mlx_server.services.pipeline.sequence import BatchedSequence
-from mlx_server.services.pipeline.speculative import (
+from mlx_server.services.pipeline.engine.batching import batched_steps, can_batch
+from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
+from mlx_server.services.pipeline.engine.params import CompletionStats, GeneratedText, GenerationParams
+from mlx_server.services.pipeline.engine.sampling import sampling_for
+from mlx_server.services.pipeline.engine.sequence import BatchedSequence
+from mlx_server.services.pipeline.engine.speculative import (
     drafts_for,
     kv_quantization,
     speculative_token_stream,
     uses_generation_options,
 )
-from mlx_server.services.pipeline.stop_strings import StopStringFilter
-from mlx_server.services.pipeline.token_text import TokenStep, detokenizer_for, token_logprob
-from mlx_server.services.pipeline.vision import VisionInputs, text_inputs, vision_token_steps
+from mlx_server.services.pipeline.engine.stop_strings import StopStringFilter
+from mlx_server.services.pipeline.engine.token_text import TokenDecoder, TokenStep
+from mlx_server.services.pipeline.engine.vision import VisionInputs, text_inputs, vision_token_steps
 from mlx_server.utils.engine_counters import engine_counters
 from mlx_server.utils.metal import stream_on_metal_thread
 
 # Seconds a client told "busy" should wait before retrying.
 OVERLOAD_RETRY_AFTER_SECONDS = 2
-
-
-@dataclass(frozen=True)
-class GenerationParams:
-    """What to generate, independent of the protocol that asked."""
-
-    max_tokens: int | None = None
-    stop: list[str] = field(default_factory=list)
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    # None: no logprobs; N: the chosen token's logprob plus the N most likely alternatives.
-    top_logprobs: int | None = None
-    # A continuation of the prompt text (legacy completions) keeps a leading space; a chat reply
-    # starts a new turn and does not.
-    continuation: bool = False
-    # max_tokens as an upper bound (Anthropic clients must send one and send their cloud
-    # model's maximum): beyond the context it is lowered to what fits instead of rejected.
-    max_tokens_is_ceiling: bool = False
-    # The sampling fields (SamplingParams names) the client left out, which the model's defaults
-    # fill (pipeline/model_defaults.py); empty for callers that set their own (probe, benchmarks).
-    defaultable: frozenset[str] = frozenset()
-
-
-@dataclass
-class CompletionStats:
-    """Figures of one generation, filled in as it runs (audit log, UI stats)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # perf_counter() when the first token arrived, and the time from the start of generation.
-    first_token_at: float | None = None
-    ttft_s: float | None = None
-    decode_s: float = 0.0
-    finish_reason: str | None = None
-    # The stop string that ended the generation, if one did.
-    stop_sequence: str | None = None
-    # Prompt tokens whose KV state came from the prompt cache instead of a prefill.
-    cached_prompt_tokens: int = 0
-    # Speculative decoding (speculative.py): tokens generated with a draft model, and how many
-    # of them the draft proposed.
-    speculative_tokens: int = 0
-    draft_tokens: int = 0
-    # The remote backend that generated (services/remote); None when a local model did.
-    backend: str | None = None
-    # Why tool calls the model wrote were rejected, and the reply's notices (the audit row's
-    # warnings; a non-streamed reply's x-tool-calls-rejected header).
-    rejected_calls: list[str] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
-
-    def note(self, event: GenerationEvent) -> None:
-        """Keep what the audit row needs of an event (rejected calls, notices)."""
-        if isinstance(event, ToolCallRejected):
-            self.rejected_calls.append(event.reason)
-        elif isinstance(event, Notice):
-            self.notices.append(event.message)
-
-    @property
-    def draft_acceptance_rate(self) -> float | None:
-        return self.draft_tokens / self.speculative_tokens if self.speculative_tokens else None
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        steps = self.completion_tokens - 1
-        return steps / self.decode_s if steps > 0 and self.decode_s > 0 else None
-
-    def usage(self) -> Usage:
-        return Usage(
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=self.completion_tokens,
-            cached_prompt_tokens=self.cached_prompt_tokens,
-            ttft_s=self.ttft_s,
-            decode_tokens_per_s=self.decode_tokens_per_s,
-            draft_tokens=self.draft_tokens if self.speculative_tokens else None,
-            draft_acceptance_rate=self.draft_acceptance_rate,
-        )
-
-
-@dataclass(frozen=True)
-class GeneratedText:
-    """Text the token loop produced (stop strings already held back); the last one carries the
-    finish reason."""
-
-    text: str
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
 
 
 class Admission:
@@ -175,9 +83,7 @@ def _token_stream(
 ) -> tuple[Generator[tuple[int, mx.array], None, None], list[Any] | None, int]:
     """(token, logprobs) pairs from mlx-lm's loop (text models, with the prompt cache: the cache
     and the tokens it reused) or mlx-vlm's (vision models: images, no prompt cache)."""
-    sampler = make_sampler(params.sampling)
-    # The grammar goes last: penalties and biases must not revive a token it ruled out.
-    processors = make_processors(params.sampling) + ([constraint] if constraint else [])
+    sampler, processors = sampling_for(params.sampling, constraint)
     if loaded.model_type is ModelType.VISION:
         inputs = vision or text_inputs(prompt)
         steps = vision_token_steps(
@@ -208,10 +114,8 @@ def _steps(
     stats: CompletionStats,
     vision: VisionInputs | None = None,
 ) -> Iterator[TokenStep]:
-    """The token loop; runs on the MLX thread, one item per job."""
-    tokenizer = loaded.tokenizer
-    stop_ids = set(loaded.chat.get_stop_tokens())
-    detokenizer: Any = detokenizer_for(tokenizer, params.continuation)
+    """The solo token loop; runs on the MLX thread, one item per job."""
+    decoder = TokenDecoder(loaded, params, max_tokens)
     tokens, cache, reused = _token_stream(loaded, prompt, params, max_tokens, constraint, vision, stats)
     stats.cached_prompt_tokens = reused
     fed = list(prompt)  # what the cache has seen (or will have): the prompt, then each token
@@ -219,17 +123,10 @@ def _steps(
     try:
         for token, logprobs in tokens:
             fed.append(token)
-            if token in stop_ids:
-                detokenizer.finalize()
-                yield TokenStep(detokenizer.last_segment, None, "stop")
+            yield from decoder.decode(token, logprobs)
+            if decoder.finished:
                 return
-            detokenizer.add_token(token)
-            logprob = None
-            if params.top_logprobs is not None:
-                logprob = token_logprob(tokenizer, token, logprobs, params.top_logprobs)
-            yield TokenStep(detokenizer.last_segment, logprob, None)
-        detokenizer.finalize()
-        yield TokenStep(detokenizer.last_segment, None, "length")
+        yield decoder.finish("length")  # the loop ran out of tokens first
     except Exception:
         failed = True  # a step that failed midway may have left layers of the cache uneven
         raise

@@ -28,10 +28,9 @@ from mlx_server.schemas.ollama import (
     ThinkField,
 )
 from mlx_server.services.pipeline.catalog import resolve_model
-from mlx_server.services.pipeline.generation import GenerationParams
-from mlx_server.services.pipeline.request import GenerationRequest
-from mlx_server.services.pipeline.sampling import SamplingParams
-from mlx_server.services.pipeline.structured_output import OutputFormat, parse_response_format
+from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
+from mlx_server.services.pipeline.request import GenerationRequest, OutputFormat
+from mlx_server.services.pipeline.structured_output import parse_response_format
 
 # Ollama's defaults for a model whose Modelfile sets none.
 DEFAULT_TEMPERATURE = 0.8

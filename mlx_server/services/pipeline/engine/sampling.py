@@ -1,4 +1,5 @@
-"""Sampling parameters → mlx-lm sampler and logits processors.
+"""Sampling parameters → mlx-lm sampler and logits processors (`sampling_for`: the one place a
+generation's are built, for the batch and the solo loops alike).
 
 Sampled requests draw from their own PRNG key (split per token) instead of MLX's global
 state: generations interleave on the MLX thread token by token, so a global seed would be
@@ -9,26 +10,18 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mlx.core as mx
 from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_logits_processors
 
+from mlx_server.services.pipeline.engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
+
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float | None = None
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[int, float] | None = None
-    seed: int | None = None
 
 
 def make_sampler(params: SamplingParams) -> Sampler:
@@ -70,3 +63,12 @@ def make_processors(params: SamplingParams) -> list[LogitsProcessor]:
         frequency_penalty=params.frequency_penalty or None,
     )
     return processors
+
+
+def sampling_for(
+    params: SamplingParams, constraint: GrammarProcessor | None = None
+) -> tuple[Sampler, list[LogitsProcessor]]:
+    """A generation's sampler and logits processors (penalties, biases, then its grammar)."""
+    # The grammar goes last: penalties and biases must not revive a token it ruled out.
+    processors = make_processors(params) + ([constraint] if constraint is not None else [])
+    return make_sampler(params), processors

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.operations.model_pulls import PullProgress
+from mlx_server.services.pipeline.engine.params import CompletionStats
 from mlx_server.services.pipeline.events import (
     Finish,
     GenerationEvent,
@@ -30,7 +31,6 @@ from mlx_server.services.pipeline.events import (
     TextDelta,
     ToolCallDone,
 )
-from mlx_server.services.pipeline.generation import CompletionStats
 
 Kind = Literal["chat", "generate"]
 NS_PER_S = 1_000_000_000
