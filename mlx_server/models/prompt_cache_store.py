@@ -5,19 +5,19 @@ after the memory bound evicted them, after an unload, after a restart.
 An entry leaves memory when the bound (MLX_SERVER_PROMPT_CACHE_MB) needs its room, when a load
 sheds caches, or when its model unloads (the server's stop unloads every model). If it holds at
 least MLX_SERVER_PROMPT_CACHE_PERSIST_MIN_TOKENS tokens (shorter ones cost less to prefill than
-to read), it is written to `<home>/prompt-cache/<model>/<tokens>.safetensors` with its tokens
-and the model's fingerprint in the metadata (prompt_cache_files.py). All models' files together
-stay within MLX_SERVER_PROMPT_CACHE_DISK_MB: before a file is written, the least recently used
-files (by modification time: a read touches its file, so the order survives a restart) are
-deleted until it fits. An entry that an entry on disk already covers (the same tokens or a
-longer run of them) is not written again; a new entry removes the files it covers.
+to read), it is written to `<home>/prompt-cache/<model>/<hash>.safetensors` with its tokens and
+the model's fingerprint in the metadata (prompt_cache_files.py). All models' files together stay
+within MLX_SERVER_PROMPT_CACHE_DISK_MB: before a write, the least recently used files (by
+modification time: a read touches its file, so the order survives a restart) are deleted until
+it fits. An entry already covered on disk (the same tokens or more) is not written again; a new
+entry removes the files it covers.
 
-A request takes from disk an entry that holds at least MIN_GAIN_TOKENS more of its prompt than
-the best one in memory (prompt_cache.py). At a model's load, the headers of its directory are
-read once per process: a file of another fingerprint (the model's files, its load or mlx-lm
-changed), format or model, or an unreadable one, is skipped with a log line and left for the
-budget to remove; a file whose data fails to load when a request wants it is deleted, with a
-log line.
+A request takes from disk an entry holding at least MIN_GAIN_TOKENS more of its prompt than the
+best one in memory (prompt_cache.py), waiting for it if it is still being written. At a model's
+load the headers of its directory are read once per process: a file of another fingerprint
+(the model's files, its load or mlx-lm changed), format or model, or an unreadable one, is
+skipped with a log line and left for the budget to remove; a file whose data fails to load when
+a request wants it is deleted, with a log line.
 
 Threads: `put` and `fetch` run on the MLX thread (they export and load arrays); one worker
 thread writes and deletes files and makes no MLX call; the index is shared under a lock.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -41,19 +42,10 @@ from typing import Any
 from mlx_lm.models.cache import PromptTrie, can_trim_prompt_cache
 
 from mlx_server.config import get_settings
+from mlx_server.models import prompt_cache_files as files
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import ModelSpec
 from mlx_server.models.prompt_cache import MiB, PromptCache
-from mlx_server.models.prompt_cache_files import (
-    FORMAT,
-    Exported,
-    export_entry,
-    fingerprint,
-    load_entry,
-    read_metadata,
-    store_dir,
-    write_entry,
-)
 
 # A saved entry read back: its tokens and KV cache.
 Entry = tuple[list[int], list[Any]]
@@ -87,6 +79,9 @@ class PromptCacheDisk:
         self._files: OrderedDict[Path, _Stored] = OrderedDict()  # least recently used first
         self._bytes = 0  # the files' sizes, and the room reserved by the write under way
         self._pending = 0
+        # The entries handed to the writer and not written yet (fingerprint, tokens), by ticket.
+        self._queued: dict[int, tuple[str, list[int]]] = {}
+        self._tickets = itertools.count()
         self._trie = PromptTrie()  # fingerprint, then tokens -> path
         self._indexed: set[Path] = set()  # model directories whose headers were read
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-cache-writer")
@@ -127,7 +122,9 @@ class PromptCacheDisk:
                 self._trie.pop(stored.fingerprint, stored.tokens)
         path.unlink(missing_ok=True)
 
-    def _write(self, path: Path, fingerprint: str, tokens: list[int], exported: Exported) -> None:
+    def _write(self, ticket: int, path: Path, exported: files.Exported) -> None:
+        with self._lock:
+            fingerprint, tokens = self._queued[ticket]
         size = exported.size
         try:
             with self._lock:
@@ -137,7 +134,7 @@ class PromptCacheDisk:
                 self._bytes += size  # reserved: the budget holds while the file is written
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                write_entry(path, exported)
+                files.write_entry(path, exported)
             except OSError as exc:  # a full or read-only disk costs the entry, nothing else
                 logger.warning("could not write a prompt cache entry to %s: %s", path, exc)
                 with self._lock:
@@ -153,6 +150,7 @@ class PromptCacheDisk:
         finally:
             with self._lock:
                 self._pending -= size
+                del self._queued[ticket]
 
     # --- The MLX thread: indexing a model, putting and fetching entries ---
 
@@ -178,8 +176,8 @@ class PromptCacheDisk:
     def _read_header(path: Path, model_id: str, expected: str) -> list[int] | None:
         """The tokens of a file saved for `model_id` under `expected`, or None with a log line."""
         try:
-            metadata = read_metadata(path)
-            if metadata.get("format") != FORMAT or metadata.get("model") != model_id:
+            metadata = files.read_metadata(path)
+            if metadata.get("format") != files.FORMAT or metadata.get("model") != model_id:
                 logger.warning("ignoring %s: not a prompt cache of %s", path, model_id)
                 return None
             if metadata.get("fingerprint") != expected:
@@ -204,10 +202,10 @@ class PromptCacheDisk:
             if covering is not None:
                 self._touch(self._trie.get(fingerprint, covering))
                 return
-        metadata = {"format": FORMAT, "model": model_id, "fingerprint": fingerprint}
+        metadata = {"format": files.FORMAT, "model": model_id, "fingerprint": fingerprint}
         metadata["tokens"] = json.dumps(tokens)
         try:
-            exported = export_entry(cache, metadata)
+            exported = files.export_entry(cache, metadata)
         except ValueError as exc:
             logger.info("prompt cache entry of %s not saved: %s", model_id, exc)
             return
@@ -225,24 +223,33 @@ class PromptCacheDisk:
                 )
                 return
             self._pending += exported.size
+            ticket = next(self._tickets)
+            self._queued[ticket] = (fingerprint, tokens)
         name = hashlib.sha256(json.dumps(tokens).encode()).hexdigest()[:32]
-        path = self.root / store_dir(model_id).name / f"{name}.safetensors"
+        path = self.root / files.store_dir(model_id).name / f"{name}.safetensors"
         try:
-            self._writer.submit(self._write, path, fingerprint, tokens, exported)
+            self._writer.submit(self._write, ticket, path, exported)
         except RuntimeError:  # closed: the settings changed under a loaded model
             with self._lock:
                 self._pending -= exported.size
+                del self._queued[ticket]
 
     def fetch(self, fingerprint: str, prompt: list[int], better_than: int) -> Entry | None:
         """The saved entry sharing the longest prefix with `prompt`, read back, when it holds at
-        least MIN_GAIN_TOKENS more of it than `better_than`; None otherwise."""
+        least MIN_GAIN_TOKENS more of it than `better_than`; None otherwise. An entry that would
+        serve and is still being written (evicted a moment ago) is waited for."""
+        need = max(self.min_tokens, better_than + MIN_GAIN_TOKENS)
+        with self._lock:
+            queued = [tokens for fp, tokens in self._queued.values() if fp == fingerprint]
+        if any(_shared(tokens, prompt) >= need for tokens in queued):
+            self.flush()
         with self._lock:
             best = self._best(fingerprint, prompt)
-        if best is None or best[2] < max(self.min_tokens, better_than + MIN_GAIN_TOKENS):
+        if best is None or best[2] < need:
             return None
         path, tokens, _ = best
         try:
-            cache, metadata = load_entry(path)
+            cache, metadata = files.load_entry(path)
             if metadata.get("fingerprint") != fingerprint or cache[0].offset != len(tokens):
                 raise ValueError("its contents are not the ones indexed")
         except Exception as exc:  # damaged since its header was read: never the request's error
@@ -298,6 +305,11 @@ class PromptCacheDisk:
                 "max_bytes": self.max_bytes,
                 "pending_bytes": self._pending,
             }
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    """How many first tokens `a` and `b` have in common."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 @dataclass(frozen=True)
@@ -361,14 +373,14 @@ def attach_disk(spec: ModelSpec, cache: PromptCache) -> None:
     if spec.model_type is not ModelType.TEXT_GEN:  # only text models keep a prompt cache
         return
     try:
-        cache.fingerprint = fingerprint(spec)
+        cache.fingerprint = files.fingerprint(spec)
     except OSError as exc:  # the files went away under a loaded model: nothing to save or read
         logger.warning("no prompt cache on disk for %s: %s", spec.model_id, exc)
         return
     disk = get_prompt_cache_disk()
     if disk is None:
         return
-    disk.index(disk.root / store_dir(spec.model_id).name, spec.model_id, cache.fingerprint)
+    disk.index(disk.root / files.store_dir(spec.model_id).name, spec.model_id, cache.fingerprint)
     cache.spill = ModelSpill(disk, spec.model_id, cache.fingerprint)
 
 
