@@ -58,7 +58,8 @@ bench: install-dev
 	$(BIN)/python -m mlx_server.benchmark.decode --tokens 128 --runs 9 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.structured --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.ui_stream --tokens 128 --runs 3 --write docs/benchmarks.md
-	$(BIN)/python -m mlx_server.benchmark.concurrency --tokens 64 --runs 3 --rounds 3 --write docs/benchmarks.md
+	$(BIN)/python -m mlx_server.benchmark.concurrency --tokens 64 --runs 3 --rounds 5 --write docs/benchmarks.md
+	$(BIN)/python -m mlx_server.benchmark.prompt_cache_disk --rounds 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.stress --clients 50 --seconds 120 --max_pending 16 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.embeddings --runs 3 --write docs/benchmarks.md
 	$(BIN)/python -m mlx_server.benchmark.remote --tokens 128 --runs 3 --write docs/benchmarks.md

@@ -39,10 +39,13 @@ class MLXServerSettings(BaseSettings):
     # caches together (0 keeps none). Their bytes count in the pool's budget; a load drops them
     # before models.
     prompt_cache_mb: int = Field(default=512, ge=0)
-    # A pinned model's prompt cache entries holding at least this many tokens (long system
-    # prompts, tool definitions) are saved under the home when it unloads or the server stops,
-    # and read back when it loads (models/prompt_cache_store.py); 0 saves nothing.
+    # Prompt cache entries holding at least this many tokens (long system prompts, tool
+    # definitions, conversations) are written under the home when they leave memory (evicted,
+    # unloaded, the server stopped) and read back by a later request sharing their prefix
+    # (models/prompt_cache_store.py); 0 writes nothing.
     prompt_cache_persist_min_tokens: int = Field(default=256, ge=0)
+    # MiB of those files, all models together; the least recently used go first (0: none kept).
+    prompt_cache_disk_mb: int = Field(default=4096, ge=0)
     # On a CPU device with a fast BLAS (utils/cpu_blas.py), text models whose float32 weights
     # take at most this many MiB are loaded dequantized: float32 products run ~100x faster than
     # MLX's CPU quantized kernel there. 0 keeps every model as stored. No effect on Metal.

@@ -24,6 +24,7 @@ from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
 from mlx_server.models.pool import get_model_pool, reset_model_pool
+from mlx_server.models.prompt_cache_store import reset_prompt_cache_disk
 from mlx_server.observability import configure_tracing
 from mlx_server.services.operations.audit import audit_service, mark_interrupted
 from mlx_server.services.operations.engine_samples import start_engine_sampling
@@ -113,6 +114,9 @@ async def server_services() -> AsyncIterator[None]:
         # The pool's lock and tasks belong to this event loop; the next app gets a fresh pool.
         await get_model_pool().unload_all()
         reset_model_pool()
+        # The unloads handed their prompt caches' long entries to the disk tier's writer: they
+        # are written now, and the next start reads the directory afresh, as a new process would.
+        await asyncio.to_thread(reset_prompt_cache_disk)
         # Drains the queue; a request of another app still running restarts the writer on record.
         await asyncio.to_thread(audit_service.stop)
 

@@ -18,6 +18,7 @@ from mlx_manager.services.settings_store import HUB_CACHE_DIR, HUB_ENDPOINT, set
 from mlx_server.config import reset_settings
 from mlx_server.database import get_engine, reset_engine, upgrade_database
 from mlx_server.models.gguf_import import convert_gguf
+from mlx_server.models.prompt_cache_store import reset_prompt_cache_disk
 from mlx_server.models.store import default_model_gguf
 from tests.hub_server import HubFile, HubRepo, HubServer, smollm_repo
 from tests.support import ServerProcess
@@ -59,6 +60,7 @@ def _reset() -> None:
     reset_engine()
     reset_settings()
     reset_manager_settings()
+    reset_prompt_cache_disk()
 
 
 @pytest.fixture(autouse=True)

@@ -106,7 +106,7 @@ def running_server(home: Path, settings: dict[str, str] | None = None) -> Iterat
     executable = Path(sys.executable).parent / "mlx-manager"
     env = {**os.environ, "MLX_MANAGER_HOME": str(home), **(settings or {})}
     env.pop("MLX_SERVER_HOME", None)
-    with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as url:
+    with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as (url, _):
         yield url
 
 
@@ -119,23 +119,40 @@ def running_standalone(home: Path) -> Iterator[str]:
     env = {**os.environ, "MLX_SERVER_HOME": str(home)}
     env.pop("MLX_MANAGER_HOME", None)
     home.mkdir(parents=True, exist_ok=True)
-    with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as url:
+    with _serving([str(executable), "serve", "--port", str(port)], env, home / "serve.log", port) as (url, _):
         yield url
 
 
 @contextmanager
-def running_mlx_lm_server(model_dir: Path, log: Path) -> Iterator[str]:
+def running_mlx_lm_server(model_dir: Path, log: Path, preload: str | None = None) -> Iterator[str]:
     """mlx-lm's own `mlx_lm.server` (this venv's) on `model_dir`, the reference; requests name
-    the model "default_model". Yields the base URL."""
+    the model "default_model". With `preload` (a library, e.g. libopenblas.so.0) it runs under
+    LD_PRELOAD, and OpenBLAS must be mapped in its process; without, the system's
+    OpenBLAS may not be (MLX's bundled BLAS, as users start it). Yields the base URL."""
     port = free_port()
     command = [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir), "--port", str(port)]
-    with _serving(command, dict(os.environ), log, port) as url:
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    with _serving(command, env, log, port) as (url, process):
+        maps = Path(f"/proc/{process.pid}/maps")
+        # The system's OpenBLAS maps as .../libopenblas*.so (numpy's own libscipy_openblas64_
+        # serves numpy only: its symbols are prefixed).
+        openblas = "/libopenblas" in (maps.read_text() if maps.exists() else "")
+        if preload and not openblas:
+            raise SystemExit(f"LD_PRELOAD={preload} is not mapped in mlx_lm.server's process")
+        if not preload and openblas:
+            raise SystemExit("mlx_lm.server as shipped has OpenBLAS mapped: unset LD_PRELOAD")
         yield url
 
 
 @contextmanager
-def _serving(command: list[str], env: dict[str, str], log: Path, port: int) -> Iterator[str]:
-    """Run `command` until it answers GET /health on `port`; stop it on exit."""
+def _serving(
+    command: list[str], env: dict[str, str], log: Path, port: int
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run `command` until it answers GET /health on `port`; stop it on exit. Yields the base
+    URL and the process."""
     with log.open("wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -152,7 +169,7 @@ def _serving(command: list[str], env: dict[str, str], log: Path, port: int) -> I
             if time.monotonic() > deadline:
                 raise SystemExit("the server did not become healthy within 300 s")
             time.sleep(0.5)
-        yield url
+        yield url, process
     finally:
         process.terminate()
         process.wait(timeout=30)

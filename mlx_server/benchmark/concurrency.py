@@ -1,40 +1,52 @@
-"""Serving many clients at once (#14): our server and mlx-lm's `mlx_lm.server` side by side.
+"""Serving many clients at once (#14, #33): our server against mlx-lm's `mlx_lm.server`, both as
+users start it and on the same footing.
 
-Both from this venv, on the same SmolLM2 files, one after the other in one run, driven over HTTP
-only (greedy, streamed, timed on the client), so nothing here depends on how either schedules
-its work. For each server:
-- single-stream decode tok/s (median of `--runs`);
-- 1, 4 and 8 simultaneous streams (distinct prompts, `--tokens` each): aggregate tok/s (all
-  completion tokens over the wall time from the first request to the last token) and the
-  slowest time to first token;
-- two alternating conversations with different system prompts: TTFT of rounds 2+; one
-  conversation with a long system prompt: TTFT of turns 2+ (prefix_cache.py's scenarios);
-and, while our server still runs, single-stream decode against raw `mlx_lm.stream_generate` in
-this process on the weights our server runs, in paired rounds (decode.py's method: the host's
-load drifts over seconds, so each of ours is compared with the raw run next to it).
+Three servers from this venv run side by side on the same SmolLM2 (GGUF Q4_1 imported):
+- ours, `mlx-manager serve`: OpenBLAS loaded in-process (utils/cpu_blas.py), the Q4 weights
+  dequantized to float32 at load (models/cpu_weights.py);
+- mlx_lm.server as shipped: `mlx_lm.server --model <the Q4 dir>`, with the reference BLAS that
+  MLX's Linux wheel bundles;
+- mlx_lm.server on the same footing: `LD_PRELOAD=libopenblas.so.0 mlx_lm.server --model <a
+  float32 copy made by mlx_lm.convert -d --dtype float32>`. The preload is checked in its
+  process's memory map, and the three servers' prefill speeds are printed and reported.
 
-The ratios are printed against the issue's targets: ours >= mlx_lm.server on every figure,
-alternating rounds 2+ within 1.5x of the single warm conversation, single-stream decode >= 95 %
-of raw mlx-lm.
+All driven over HTTP only (greedy, streamed, timed on the client) in `--rounds` alternating
+rounds: each round runs every figure on every server, the order rotating each round so the
+host's drift hits all alike. Figures: single-stream decode tok/s (median of `--runs`); 1, 4
+and 8 simultaneous streams (distinct prompts, `--tokens` each): aggregate tok/s (all completion
+tokens over the wall time from the first request to the last token) and the slowest time to
+first token; the TTFT of rounds 2+ of two alternating conversations with different system
+prompts, and of turns 2+ of one conversation with a long system prompt (prefix_cache.py's
+scenarios, 3 turns). Reported: each figure's median over the rounds with its quartiles, and ours
+relative to each mlx_lm.server per round (median and quartiles). Then, while our server still
+runs, its single-stream decode against raw `mlx_lm.stream_generate` in this process on the
+weights it runs, in paired rounds (decode.py's method).
 
-    python -m mlx_server.benchmark.concurrency [--tokens 64] [--runs 3] [--rounds 3]
+    python -m mlx_server.benchmark.concurrency [--tokens 64] [--runs 3] [--rounds 5]
         [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
 
+import ctypes.util
 import functools
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlx_server.benchmark import decode, prefix_cache
+import httpx
+
+from mlx_server.benchmark import concurrency_report, decode, prefix_cache
 from mlx_server.benchmark._server import alternate, running_mlx_lm_server, running_server, stream_chat
-from mlx_server.benchmark.report import bench_arguments, publish, run_line
+from mlx_server.benchmark.concurrency_report import AgainstRaw, Server
+from mlx_server.benchmark.report import bench_arguments, publish
 from mlx_server.models.store import DEFAULT_MODEL_ID
 
 MARKER_START = "<!-- concurrency-benchmark:start -->"
@@ -42,6 +54,7 @@ MARKER_END = "<!-- concurrency-benchmark:end -->"
 STREAMS = (1, 4, 8)
 TOPICS = ["a lighthouse", "a desert train", "a chess club", "a lost kite", "a night market", "a glacier"]
 TOPICS += ["an old violin", "a rooftop garden"]
+CONVERSATION_TURNS = 3
 # Rounds of raw mlx-lm and our single stream side by side, as decode.py's default.
 PAIRED_ROUNDS = 9
 
@@ -53,13 +66,6 @@ class Burst:
     streams: int
     aggregate_tps: float
     slowest_ttft_s: float
-
-
-@dataclass(frozen=True)
-class Figures:
-    decode_tps: float
-    bursts: dict[int, Burst]
-    conversations: prefix_cache.Figures
 
 
 def burst(url: str, model: str, streams: int, tokens: int) -> Burst:
@@ -76,40 +82,43 @@ def burst(url: str, model: str, streams: int, tokens: int) -> Burst:
     return Burst(streams, sum(n for n, _, _ in results) / wall, max(ttft for _, ttft, _ in results))
 
 
-def measure(url: str, model: str, tokens: int, runs: int, rounds: int) -> Figures:
-    """Every figure of one server (its model loaded by the first request)."""
-    single = [stream_chat(url, decode.MESSAGES, tokens, model).decode_tps for _ in range(runs)]
-    print(f"  single stream: {statistics.median(single):.2f} tok/s")
-    bursts = {}
+def measure(server: Server, tokens: int, runs: int) -> dict[str, float]:
+    """Every figure of one server in one round, by the keys of concurrency_report.FIGURES."""
+    single = [stream_chat(server.url, decode.MESSAGES, tokens, server.model).decode_tps for _ in range(runs)]
+    figures = {"decode": statistics.median(single)}
     for streams in STREAMS:
-        bursts[streams] = burst(url, model, streams, tokens)
-        print(
-            f"  {streams} streams: {bursts[streams].aggregate_tps:.2f} tok/s, slowest TTFT "
-            f"{bursts[streams].slowest_ttft_s:.2f} s"
-        )
-    return Figures(statistics.median(single), bursts, prefix_cache.measure(url, model, rounds, 8))
+        done = burst(server.url, server.model, streams, tokens)
+        figures[f"aggregate_{streams}"] = done.aggregate_tps
+        figures[f"ttft_{streams}"] = done.slowest_ttft_s
+    talks = prefix_cache.measure(server.url, server.model, CONVERSATION_TURNS, 8)
+    figures["alternating"] = statistics.median(talks.alternating)
+    figures["warm"] = statistics.median(talks.warm)
+    print("  " + ", ".join(f"{key} {value:.2f}" for key, value in figures.items()))
+    return figures
 
 
-def _row(name: str, ours: float, theirs: float, unit: str, higher_is_better: bool) -> str:
-    """A table row: both figures, ours relative to mlx_lm.server, and whether ours is at least as good."""
-    ratio = ours / theirs if higher_is_better else theirs / ours
-    verdict = "meets" if ratio >= 1 else "misses"
-    return f"| {name} | {theirs:.2f} {unit} | {ours:.2f} {unit} | {ratio:.2f}x ({verdict}) |"
+Results = dict[str, list[dict[str, float]]]  # per server: each round's figures
 
 
-def _median(pick: Callable[[prefix_cache.Figures], list[float]], figures: Figures) -> float:
-    return statistics.median(pick(figures.conversations))
+def alternating_rounds(servers: list[Server], tokens: int, runs: int, rounds: int) -> Results:
+    """`rounds` rounds of every server's figures, the order rotating each round."""
+    results: Results = {server.name: [] for server in servers}
+    for i in range(rounds):
+        shift = i % len(servers)
+        for server in servers[shift:] + servers[:shift]:
+            print(f"round {i + 1}, {server.name}:")
+            results[server.name].append(measure(server, tokens, runs))
+    return results
 
 
-@dataclass(frozen=True)
-class AgainstRaw:
-    """Our single-stream decode over raw mlx-lm's, per paired round: median and quartiles."""
-
-    raw_tps: float
-    median: float
-    low: float
-    high: float
-    rounds: int
+def prefill_tps(server: Server, ours: Server, salt: str) -> float:
+    """Prompt tokens/s of a fresh ~440-token prompt (nothing cached, one token asked): its TTFT
+    is its prefill. Counted by our /v1/tokenize (the same tokenizer and chat template)."""
+    system = f"{salt} {prefix_cache.LONG_SYSTEM}"
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
+    body = {"model": ours.model, "messages": messages}
+    count = httpx.post(f"{ours.url}/v1/tokenize", json=body, timeout=60).raise_for_status().json()["count"]
+    return int(count) / stream_chat(server.url, messages, 1, server.model).ttft_s
 
 
 def against_raw(url: str, model_dir: Path, tokens: int) -> AgainstRaw:
@@ -124,72 +133,43 @@ def against_raw(url: str, model_dir: Path, tokens: int) -> AgainstRaw:
     return AgainstRaw(raw_tps, median, low, high, PAIRED_ROUNDS)
 
 
-def report(ours: Figures, reference: Figures, raw: AgainstRaw, tokens: int, runs: int, rounds: int) -> str:
-    rows = [_row("one stream, decode", ours.decode_tps, reference.decode_tps, "tok/s", True)]
-    for n in STREAMS:
-        mine, theirs = ours.bursts[n], reference.bursts[n]
-        rows.append(
-            _row(
-                f"{n} simultaneous streams, aggregate",
-                mine.aggregate_tps,
-                theirs.aggregate_tps,
-                "tok/s",
-                True,
-            )
-        )
-        rows.append(
-            _row(
-                f"{n} simultaneous streams, slowest TTFT",
-                mine.slowest_ttft_s,
-                theirs.slowest_ttft_s,
-                "s",
-                False,
-            )
-        )
-    for label, pick in (
-        ("two alternating conversations, TTFT of rounds 2+ (median)", lambda f: f.alternating),
-        ("one conversation, long system prompt, TTFT of turns 2+ (median)", lambda f: f.warm),
-    ):
-        rows.append(_row(label, _median(pick, ours), _median(pick, reference), "s", False))
-    warm_ratio = _median(lambda f: f.alternating, ours) / _median(lambda f: f.warm, ours)
-    return "\n".join(
-        [
-            run_line(),
-            f"Model {DEFAULT_MODEL_ID} (GGUF Q4_1 imported; mlx_lm.server loads the same directory), greedy, "
-            f"streamed, max_tokens {tokens} per stream ({runs} single-stream runs, medians; the "
-            f"conversations {rounds} rounds of 8 tokens); timed on the client.",
-            "",
-            "| figure | mlx_lm.server | MLX Manager | ours vs mlx_lm.server (>= 1 is as good or better) |",
-            "|---|---|---|---|",
-            *rows,
-            "",
-            f"Ours, alternating conversations against a single warm one: **{warm_ratio:.2f}x** "
-            f"({'meets' if warm_ratio <= 1.5 else 'misses'} the 1.5x target). Ours, single-stream decode "
-            f"against raw `mlx_lm.stream_generate` on the same weights ({raw.raw_tps:.2f} tok/s), "
-            f"{raw.rounds} paired rounds: median **{raw.median:.1%}** "
-            f"(quartiles {raw.low:.1%}-{raw.high:.1%}; "
-            f"{'meets' if raw.median >= 0.95 else 'misses'} the 95 % target).",
-        ]
-    )
+def float32_copy(model_dir: Path, out: Path) -> Path:
+    """The Q4 model dequantized to float32 by mlx-lm's own converter (the same footing as ours)."""
+    command = [sys.executable, "-m", "mlx_lm", "convert", "--hf-path", str(model_dir), "--mlx-path", str(out)]
+    subprocess.run([*command, "-d", "--dtype", "float32"], check=True, capture_output=True)
+    return out
+
+
+def _servers(stack: ExitStack, home: Path) -> Iterator[Server]:
+    """Ours, then mlx_lm.server on the same footing, then as shipped, each running until `stack` closes."""
+    url = stack.enter_context(running_server(home))
+    stream_chat(url, decode.MESSAGES, 4)  # imports and loads the model
+    yield Server("ours", "MLX Manager", url, DEFAULT_MODEL_ID, "`mlx-manager serve`")
+    q4_dir = home / "models" / DEFAULT_MODEL_ID
+    openblas = ctypes.util.find_library("openblas") or "libopenblas.so.0"
+    f32_dir = float32_copy(q4_dir, home / "f32")
+    started = running_mlx_lm_server(f32_dir, home / "mlx_lm_f32.log", preload=openblas)
+    how = f"`LD_PRELOAD={openblas} mlx_lm.server --model <float32 copy: mlx_lm.convert -d --dtype float32>`"
+    yield Server("same", "mlx_lm.server, same footing", stack.enter_context(started), "default_model", how)
+    started = running_mlx_lm_server(q4_dir, home / "mlx_lm.log")
+    how = "`mlx_lm.server --model <the Q4 dir>` (MLX's bundled BLAS)"
+    yield Server("shipped", "mlx_lm.server as shipped", stack.enter_context(started), "default_model", how)
 
 
 def main() -> None:
     args = bench_arguments(
-        __doc__, "update this markdown file's concurrency section", tokens=64, runs=3, rounds=3
+        __doc__, "update this markdown file's concurrency section", tokens=64, runs=3, rounds=5
     )
-    with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, ExitStack() as stack:
         home = Path(tmp)
-        with running_server(home) as url:
-            print("MLX Manager:")
-            stream_chat(url, decode.MESSAGES, 4)  # loads the model
-            ours = measure(url, DEFAULT_MODEL_ID, args.tokens, args.runs, args.rounds)
-            model_dir = home / "models" / DEFAULT_MODEL_ID
-            raw = against_raw(url, model_dir, args.tokens)
-        with running_mlx_lm_server(model_dir, home / "mlx_lm.log") as url:
-            print("mlx_lm.server:")
-            stream_chat(url, decode.MESSAGES, 4, "default_model")
-            reference = measure(url, "default_model", args.tokens, args.runs, args.rounds)
-    section = report(ours, reference, raw, args.tokens, args.runs, args.rounds)
+        servers = list(_servers(stack, home))
+        for server in servers[1:]:
+            stream_chat(server.url, decode.MESSAGES, 4, server.model)  # loads the model
+        prefill = {s.name: prefill_tps(s, servers[0], f"Prefill check of {s.name}.") for s in servers}
+        print("prefill tok/s: " + ", ".join(f"{name} {tps:.0f}" for name, tps in prefill.items()))
+        results = alternating_rounds(servers, args.tokens, args.runs, args.rounds)
+        raw = against_raw(servers[0].url, home / "models" / DEFAULT_MODEL_ID, args.tokens)
+    section = concurrency_report.report(servers, results, prefill, raw, args.tokens, args.runs, args.rounds)
     publish(section, args.write, "Serving many clients: ours vs mlx_lm.server", MARKER_START, MARKER_END)
 
 

@@ -35,7 +35,7 @@ from mlx_server.models.loaders import (
     read_spec,
 )
 from mlx_server.models.prompt_cache import MiB
-from mlx_server.models.prompt_cache_store import restore_entries, save_entries
+from mlx_server.models.prompt_cache_store import attach_disk, prompt_cache_disk_figures
 from mlx_server.records import ModelCapabilities
 from mlx_server.utils.memory import GB, default_budget_bytes, release_free_heap
 from mlx_server.utils.metal import run_on_metal_thread
@@ -208,6 +208,8 @@ class ModelPoolManager:
             "prompt_cache_bytes": self.prompt_cache_bytes,
             # The bound of all models' prompt caches together (MLX_SERVER_PROMPT_CACHE_MB).
             "prompt_cache_max_bytes": get_settings().prompt_cache_mb * MiB,
+            # Their evicted entries on disk (MLX_SERVER_PROMPT_CACHE_DISK_MB).
+            "prompt_cache_disk": prompt_cache_disk_figures(),
             "max_models": self.max_models,
             "idle_ttl_seconds": self.idle_ttl_seconds,
             "loading": sorted(self._loading),
@@ -264,7 +266,7 @@ class ModelPoolManager:
             await self._make_room(spec)
             started = time.perf_counter()
             loaded = await run_on_metal_thread(lambda: loader(spec))
-            await run_on_metal_thread(partial(restore_entries, spec, loaded.prompt_cache))
+            await run_on_metal_thread(partial(attach_disk, spec, loaded.prompt_cache))
             self._models[model_id] = loaded
             self.load_count += 1
             logger.info(
@@ -324,13 +326,10 @@ class ModelPoolManager:
         # Drop the weights here: an evicted object still referenced elsewhere must not keep them.
         loaded.model = loaded.draft_model = None
         cache = loaded.prompt_cache
-        kept_on_disk = loaded.pinned  # a pinned model's long prefixes outlive the unload
         del loaded
 
         def free() -> None:  # on the MLX thread, where the model's last generation gave its cache back
-            if kept_on_disk:
-                save_entries(model_id, cache)
-            cache.clear()
+            cache.clear()  # long entries go to the disk tier (prompt_cache_store.py)
             _free_memory()
 
         await run_on_metal_thread(free)

@@ -17,6 +17,10 @@ user reading "prompt cache: 512 MiB" expects: a model's cache made from the sett
 pool's group, and an entry given back past the bound first sheds the caches of the models used
 least recently, then the oldest entries of its own.
 
+An entry evicted from memory (past the bound, shed for a load, or at unload) goes to the
+model's disk tier when it has one (`spill`, models/prompt_cache_store.py), and a request whose
+prompt an entry on disk covers better than any in memory reads it back.
+
 Everything here runs on the MLX thread, except the figures, which are plain reads.
 """
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 import sys
 import time
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
@@ -34,19 +38,35 @@ from mlx_server.config import get_settings
 MiB = 1024**2
 # LRUPromptCache keys entries by model first; each loaded model has its own PromptCache.
 _KEY = "model"
+# The entries' kind in LRUPromptCache's order (all ours are one kind, so its order is plain LRU).
+_KIND = "assistant"
 # The caches of the loaded models (made from the settings), which share the setting's bound.
 _pooled: weakref.WeakSet[PromptCache] = weakref.WeakSet()
+
+
+class Spill(Protocol):
+    """A model's disk tier: where evicted entries go and longer prefixes come back from."""
+
+    def put(self, tokens: list[int], cache: list[Any]) -> None:
+        """Keep an entry leaving memory (the caller drops it after)."""
+
+    def fetch(self, prompt: list[int], better_than: int) -> tuple[list[int], list[Any]] | None:
+        """An entry (its tokens and KV cache) covering more than `better_than` tokens of
+        `prompt`, read back; None when no entry would gain enough."""
 
 
 class PromptCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries = LRUPromptCache(max_size=sys.maxsize, max_bytes=max_bytes)
+        # Unbounded inside: this class evicts, so that each evicted entry can go to `spill`.
+        self._entries = LRUPromptCache(max_size=sys.maxsize, max_bytes=sys.maxsize)
         self.hits = 0
         self.reused_tokens = 0
+        self.disk_hits = 0
         self.last_used = time.monotonic()
-        # What the entries were computed with (models/prompt_cache_store.py), set at load:
-        # entries are saved to disk, and read back, only under the same fingerprint.
+        # The disk tier (models/prompt_cache_store.py), attached at load with the fingerprint of
+        # what the entries were computed with; None keeps the entries in memory only.
+        self.spill: Spill | None = None
         self.fingerprint: str | None = None
 
     @classmethod
@@ -73,6 +93,11 @@ class PromptCache:
         from it."""
         self.last_used = time.monotonic()
         cache, rest = self._entries.fetch_nearest_cache(_KEY, prompt)
+        if self.spill is not None and self.max_bytes > 0:
+            found = self.spill.fetch(prompt, len(prompt) - len(rest))
+            if found is not None:
+                self.disk_hits += 1
+                cache, rest = self._from_disk(prompt, *found)
         reused = len(prompt) - len(rest)
         if cache is not None and reused == len(prompt):  # the whole prompt was cached
             if can_trim_prompt_cache(cache):
@@ -86,6 +111,19 @@ class PromptCache:
         self.reused_tokens += reused
         return cache, reused
 
+    def _from_disk(self, prompt: list[int], tokens: list[int], cache: list[Any]) -> tuple[Any, list[int]]:
+        """An entry read back from disk: kept as an entry again when it fits, then taken like
+        any other; one larger than the bound is the request's own, trimmed to the shared prefix."""
+        if sum(c.nbytes for c in cache) <= self.max_bytes:
+            self._entries.insert_cache(_KEY, tokens, cache)
+            self._within_bound()
+            cached, rest = self._entries.fetch_nearest_cache(_KEY, prompt)
+            return cached, rest
+        shared = next((i for i, (a, b) in enumerate(zip(tokens, prompt, strict=False)) if a != b), None)
+        keep = min(len(tokens), len(prompt)) if shared is None else shared
+        trim_prompt_cache(cache, len(tokens) - keep)
+        return cache, prompt[keep:]
+
     def give_back(self, cache: list[Any], tokens: list[int]) -> None:
         """Keep `cache` as an entry; `tokens` are the ones fed so far (prompt, then generated),
         of which the cache holds the first `offset`. The caller must not use `cache` again."""
@@ -93,33 +131,18 @@ class PromptCache:
         if not 0 < held <= len(tokens) or self.max_bytes <= 0:
             return
         if sum(c.nbytes for c in cache) > self.max_bytes:
-            return  # it would evict everything, itself included
+            # It would evict everything, itself included: straight to the disk tier, if any.
+            if self.spill is not None:
+                self.spill.put(tokens[:held], cache)
+            return
         self._entries.insert_cache(_KEY, tokens[:held], cache)
+        self._within_bound()
+
+    def _within_bound(self) -> None:
         if self in _pooled:
             self._keep_group_within_bound()
-
-    def room(self) -> int:
-        """Bytes an entry may still take without evicting any (the group's bound if pooled)."""
-        group = _pooled if self in _pooled else [self]
-        return self.max_bytes - sum(c.nbytes for c in group)
-
-    def restore(self, cache: list[Any], tokens: list[int]) -> bool:
-        """Keep an entry read back from disk if it fits in `room()` (it evicts nothing)."""
-        size = sum(c.nbytes for c in cache)
-        if not tokens or cache[0].offset != len(tokens) or size > self.room():
-            return False
-        self._entries.insert_cache(_KEY, tokens, cache)
-        return True
-
-    def longest_entries(self, min_tokens: int) -> list[tuple[list[int], list[Any]]]:
-        """(tokens, KV cache) of the entries holding at least `min_tokens` tokens, most recently
-        used first. Reads LRUPromptCache's order and trie (mlx-lm is pinned in pyproject)."""
-        order = [tokens for lru in self._entries._lru._lrus.values() for tokens in lru]
-        found = []
-        for model, tokens in reversed(order):
-            if len(tokens) >= min_tokens:
-                found.append((list(tokens), self._entries._trie.get(model, tokens).prompt_cache))
-        return found
+        else:
+            self.trim_to(self.max_bytes)
 
     def _keep_group_within_bound(self) -> None:
         """The pooled caches together at most `max_bytes`: the other models' caches shed first,
@@ -132,16 +155,30 @@ class PromptCache:
             cache.trim_to(max(0, cache.nbytes - excess))
 
     def trim_to(self, max_bytes: int) -> None:
-        """Drop least recently used entries until at most `max_bytes` are held."""
-        self._entries.trim_to(n_bytes=max_bytes)
+        """Evict least recently used entries (to the disk tier, if any) until at most
+        `max_bytes` are held."""
+        while self.entries and self.nbytes > max_bytes:
+            self._evict_oldest()
 
     def clear(self) -> None:
-        self._entries.trim_to(n_sequences=0)
+        """Evict every entry (at unload): to the disk tier, if any."""
+        self.trim_to(-1)
+
+    def _evict_oldest(self) -> None:
+        # The entry LRUPromptCache would pop first (every entry is of one kind, so its order is
+        # plain LRU); read before it goes, then dropped with its own bookkeeping. mlx-lm is
+        # pinned in pyproject.
+        model, tokens = self._entries._lru._lrus[_KIND][0]
+        evicted = self._entries._trie.get(model, tokens).prompt_cache
+        self._entries.trim_to(n_sequences=len(self._entries) - 1)
+        if self.spill is not None:
+            self.spill.put(list(tokens), evicted)
 
     def figures(self) -> dict[str, int]:
         return {
             "hits": self.hits,
             "reused_tokens": self.reused_tokens,
+            "disk_hits": self.disk_hits,
             "entries": self.entries,
             "bytes": self.nbytes,
             "max_bytes": self.max_bytes,

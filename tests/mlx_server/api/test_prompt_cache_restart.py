@@ -1,12 +1,13 @@
-"""A pinned model's long prefixes survive a restart (models/prompt_cache_store.py): the app
-saves them when it stops (its lifespan unloads every model, which empties their caches) and the
-first request after it starts again reuses them (the real openai SDK's cached_tokens); a corrupt
+"""A model's long prefixes survive a restart (models/prompt_cache_store.py): the app writes
+them when it stops (its lifespan unloads every model, whose caches spill to disk) and the first
+request after it starts again reuses them (the real openai SDK's cached_tokens); a corrupt
 file and one saved for another fingerprint are skipped with a log line, not an error. The app
 runs in this process (TestClient runs its lifespan): a server process would spend most of the
 test starting up twice."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from sqlmodel import Session
 
 from mlx_manager.main import create_app
 from mlx_server.database import get_engine, upgrade_database
-from mlx_server.models.prompt_cache_store import store_dir
+from mlx_server.models.prompt_cache_files import store_dir
 from mlx_server.records import ModelRecord, ModelSource
 
 SYSTEM = (
@@ -40,7 +41,7 @@ def _cached_tokens(client: TestClient, question: str) -> int:
     return reply.usage.prompt_tokens_details.cached_tokens or 0
 
 
-def test_a_pinned_models_long_prefixes_survive_a_restart(
+def test_a_models_long_prefixes_survive_a_restart(
     home: Path, smollm_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("MLX_SERVER_PROMPT_CACHE_PERSIST_MIN_TOKENS", "30")
@@ -49,14 +50,14 @@ def test_a_pinned_models_long_prefixes_survive_a_restart(
         session.add(ModelRecord(id=MODEL, source=ModelSource.LOCAL, path=str(smollm_dir)))
         session.commit()
     with TestClient(create_app()) as client:
-        client.post(f"/v1/admin/models/{MODEL}/load").raise_for_status()  # pins it
         assert _cached_tokens(client, "Do you bake on Sundays?") == 0
-    # Stopped: the pinned model's long entry was written, and its cache in memory emptied.
+    # Stopped: the model's long entry was written, and its cache in memory emptied.
 
     saved = sorted(store_dir(MODEL).glob("*.safetensors"))
     assert len(saved) == 1
     (saved[0].parent / "00000-corrupt.safetensors").write_bytes(b"not a safetensors file")
     kv, metadata = load_prompt_cache(str(saved[0]), return_metadata=True)
+    saved_tokens = json.loads(metadata["tokens"])
     stale = {**metadata, "fingerprint": "0" * 64}  # as if the model's files had changed since
     save_prompt_cache(str(saved[0].parent / "00001-stale.safetensors"), kv, stale)
 
@@ -67,4 +68,4 @@ def test_a_pinned_models_long_prefixes_survive_a_restart(
     log = caplog.text
     assert "00000-corrupt.safetensors: unreadable prompt cache" in log
     assert "00001-stale.safetensors: saved for another version or load of smol" in log
-    assert "restored 1 prompt cache entries of smol" in log
+    assert f"prompt cache entry of {len(saved_tokens)} tokens read from {saved[0]}" in log
