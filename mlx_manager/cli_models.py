@@ -15,6 +15,7 @@ from rich.table import Table
 from sqlmodel import Session
 
 from mlx_manager.config import get_manager_settings
+from mlx_manager.records import ModelBenchmark
 from mlx_manager.services.local_models import added_how
 from mlx_manager.services.model_benchmarks import run_benchmark
 from mlx_manager.services.model_discovery import scan_models
@@ -40,6 +41,7 @@ from mlx_server.facade import (
     plan_conversion,
     probe_model,
     serving_process,
+    unload_all,
     update_model_defaults,
     upgrade_database,
     use_server_settings,
@@ -221,10 +223,17 @@ def models_bench(
             typer.echo(f"  {step.stage}")
             stages.append(step.stage)
 
+    async def bench_then_unload() -> ModelBenchmark:
+        # Unloaded in the run's own event loop: the model's batch belongs to it.
+        try:
+            return await run_benchmark(
+                model_id, progress, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens
+            )
+        finally:
+            await unload_all()
+
     try:
-        run = asyncio.run(
-            run_benchmark(model_id, progress, prompt_tokens=prompt_tokens, generated_tokens=generated_tokens)
-        )
+        run = asyncio.run(bench_then_unload())
     except ModelNotFoundError as exc:
         raise _fail(f"no model {model_id!r}; `mlx-manager models list` shows the registered ones") from exc
     except APIError as exc:

@@ -93,10 +93,14 @@ def job_widget(request: Request, model_id: str) -> Response:
 
 
 @router.post("/jobs/{model_id:path}/stop", response_class=HTMLResponse)
-async def stop(request: Request, model_id: str) -> Response:
+async def stop(request: Request, session: SessionDep, model_id: str) -> Response:
     job = stop_benchmark(model_id)
-    if job is not None:
-        await job.ended_within(10)
+    if job is None:
+        message = f"No benchmark of {model_id} is running."
+        if not wants_fragment(request):
+            return _page(request, session, error=message, status=404)
+        return HTMLResponse(f'<p class="error" role="alert">{escape(message)}</p>', 404)
+    await job.ended_within(10)
     if not wants_fragment(request):
         return RedirectResponse("/benchmarks", status_code=303)
     return job_widget(request, model_id)

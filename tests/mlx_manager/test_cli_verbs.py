@@ -56,7 +56,9 @@ def cli(*args: str) -> Result:
 
 def spawn(*args: str) -> pexpect.spawn:
     """The installed command in a pseudo-terminal, as a user's shell runs it (colours on)."""
-    env = {**os.environ, "TERM": "xterm-256color"}
+    # The terminal's size is the pty's: a COLUMNS inherited from the caller (pytest-xdist's
+    # workers get one) would make rich fold the bar's "MiB" onto the next line.
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "40"}
     env.pop("NO_COLOR", None)
     return pexpect.spawn(
         str(MLX_MANAGER), list(args), env=env, encoding="utf-8", timeout=120, dimensions=(40, 200)

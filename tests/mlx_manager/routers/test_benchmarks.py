@@ -66,3 +66,5 @@ def test_one_run_at_a_time_and_a_stopped_run_keeps_nothing(page: TestClient) -> 
         widget = page.get("/benchmarks/jobs/smol", headers=htmx).text
     assert 'data-status="cancelled"' in widget and "nothing was kept" in widget
     assert "No benchmark yet" in page.get("/benchmarks").text
+    idle = page.post("/benchmarks/jobs/smol/stop", headers=htmx)  # nothing runs now
+    assert idle.status_code == 404 and "No benchmark of smol is running" in idle.text

@@ -10,6 +10,10 @@ from tests.support import ServerProcess
 
 def test_load_pin_unload_through_the_admin_api(inference_server: ServerProcess) -> None:
     admin = httpx.Client(base_url=f"{inference_server.url}/v1/admin", timeout=60)
+    # The server is shared: start from an empty pool (other tests load the embedding model too).
+    for model in admin.get("/pool").json()["models"]:
+        admin.post(f"/models/{model['id']}/unpin")
+        assert admin.post(f"/models/{model['id']}/unload").status_code == 200
 
     loaded = admin.post(f"/models/{DEFAULT_MODEL_ID}/load").json()
     assert loaded["id"] == DEFAULT_MODEL_ID and loaded["pinned"] is True and loaded["size_bytes"] > 50 * 2**20
