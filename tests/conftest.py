@@ -17,8 +17,9 @@ from mlx_manager.config import reset_manager_settings
 from mlx_manager.services.settings_store import HUB_CACHE_DIR, HUB_ENDPOINT, set_setting
 from mlx_server.config import reset_settings
 from mlx_server.database import get_engine, reset_engine, upgrade_database
+from mlx_server.models import pool as model_pool
 from mlx_server.models.gguf_import import convert_gguf
-from mlx_server.models.pool import get_model_pool, reset_model_pool
+from mlx_server.models.pool import reset_model_pool
 from mlx_server.models.prompt_cache_store import reset_prompt_cache_disk
 from mlx_server.models.store import default_model_gguf
 from tests.hub_server import HubFile, HubRepo, HubServer, smollm_repo
@@ -60,7 +61,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _reset() -> None:
     # The pool is the process's: a model a test left loaded (an in-process CLI command, a pool
     # used without an app) would serve the next test's model of the same id from another home.
-    if get_model_pool().used_bytes:
+    # (Only a pool that exists: creating one here would fix its budget before a test's settings.)
+    if model_pool._pool is not None and model_pool._pool.used_bytes:
         reset_model_pool()
     reset_engine()
     reset_settings()
