@@ -129,7 +129,22 @@ class SamplingFields(TextOnly):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class ChatCompletionRequest(SamplingFields):
+class ThinkingSwitch(BaseModel):
+    """Thinking on/off for templates that support the toggle (Qwen3, GLM): the vLLM-style
+    chat_template_kwargs, or the shorter top-level form (chat and /tokenize requests)."""
+
+    enable_thinking: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @property
+    def thinking_toggle(self) -> bool | None:
+        if self.enable_thinking is not None:
+            return self.enable_thinking
+        value = (self.chat_template_kwargs or {}).get("enable_thinking")
+        return value if isinstance(value, bool) else None
+
+
+class ChatCompletionRequest(SamplingFields, ThinkingSwitch):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
@@ -139,10 +154,6 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
-    # Thinking on/off for templates that support the toggle (Qwen3, GLM): the vLLM-style
-    # chat_template_kwargs, or the shorter top-level form.
-    enable_thinking: bool | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
 
     @field_validator("tools")
     @classmethod
@@ -162,13 +173,6 @@ class ChatCompletionRequest(SamplingFields):
         function = value.get("function") if isinstance(value, dict) else None
         check_name_length(function.get("name") if isinstance(function, dict) else None, "the function name")
         return value
-
-    @property
-    def thinking_toggle(self) -> bool | None:
-        if self.enable_thinking is not None:
-            return self.enable_thinking
-        value = (self.chat_template_kwargs or {}).get("enable_thinking")
-        return value if isinstance(value, bool) else None
 
 
 class CompletionRequest(SamplingFields):

@@ -7,13 +7,13 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from mlx_server.schemas.limits import MAX_MESSAGES, MAX_TOOLS, check_tool_sizes
-from mlx_server.schemas.openai import ChatMessage
+from mlx_server.schemas.openai import ChatMessage, ThinkingSwitch
 
 # The most token ids one /detokenize request may carry (a long context's worth).
 MAX_DETOKENIZE_TOKENS = 1_000_000
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(ThinkingSwitch):
     """Either `prompt` (text as it is) or `messages` (through the model's chat template, the
     way a chat request would render them: tools and thinking switch included)."""
 
@@ -25,8 +25,6 @@ class TokenizeRequest(BaseModel):
     # none beyond what its template writes); true/false forces it.
     add_special_tokens: bool | None = None
     tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_TOOLS)
-    enable_thinking: bool | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
     return_token_strs: bool = False
 
     @field_validator("tools")
@@ -34,13 +32,6 @@ class TokenizeRequest(BaseModel):
     def _tool_sizes(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         check_tool_sizes(value)
         return value
-
-    @property
-    def thinking_toggle(self) -> bool | None:
-        if self.enable_thinking is not None:
-            return self.enable_thinking
-        value = (self.chat_template_kwargs or {}).get("enable_thinking")
-        return value if isinstance(value, bool) else None
 
 
 class TokenizeResponse(BaseModel):
