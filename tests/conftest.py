@@ -249,26 +249,11 @@ def chromium() -> Path:
 @pytest.fixture
 def live_server(home: Path) -> Iterator[str]:
     """The manager app on a real loopback port, in a thread; yields its base URL."""
-    import threading
-    import time
-
-    import uvicorn
-
     from mlx_manager.main import create_app
-    from tests.support import free_port
+    from tests.support import uvicorn_server
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            pytest.fail("the live server did not start within 30 s")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_server(create_app()) as url:
+        yield url
 
 
 SMOLLM_REPO = "mlx-community/SmolLM2-135M-Instruct-4bit"

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
@@ -114,6 +116,27 @@ def register_in_home(home: Path, models: dict[str, Path]) -> None:
     env.pop("MLX_SERVER_HOME", None)
     paths = json.dumps({model_id: str(path) for model_id, path in models.items()})
     subprocess.run([sys.executable, "-c", script, paths], env=env, check=True)
+
+
+@contextmanager
+def uvicorn_server(app: Any) -> Iterator[str]:
+    """`app` served by a real uvicorn on a loopback port (a thread) while the block runs; yields
+    its base URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start within 30 s"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 class ServerProcess:

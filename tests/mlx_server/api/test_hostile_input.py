@@ -7,16 +7,10 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
@@ -26,7 +20,7 @@ from mlx_server.models.store import default_embedding_model_dir
 from mlx_server.records import AuditLog
 from mlx_server.services.operations.audit import audit_service
 from tests.mlx_server.api.conftest import standalone_server
-from tests.support import free_port
+from tests.support import uvicorn_server
 
 LONE = "a\ud800b"  # a high surrogate with no low one after it: not a character
 CHAT = {"model": "smol", "messages": [{"role": "user", "content": LONE}]}
@@ -138,24 +132,6 @@ def test_strings_a_server_keeps_or_echoes_are_bounded_at_the_edge(client: TestCl
         assert LONG not in response.text  # never echoed back
 
 
-@contextmanager
-def uvicorn_server(app: FastAPI) -> Iterator[int]:
-    """`app` served by a real uvicorn on a loopback port (a thread) while the block runs."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield port
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def test_a_server_error_answers_500_on_a_keep_alive_connection_that_stays_usable(home: Path) -> None:
     app = create_server_app()
 
@@ -163,8 +139,8 @@ def test_a_server_error_answers_500_on_a_keep_alive_connection_that_stays_usable
     def boom() -> None:
         raise RuntimeError("boom")
 
-    with uvicorn_server(app) as port:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    with uvicorn_server(app) as url:
+        connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=10)
         connection.request("GET", "/v1/test/boom")
         failed = connection.getresponse()
         body = json.loads(failed.read())

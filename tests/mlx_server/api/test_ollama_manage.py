@@ -5,14 +5,11 @@ server cannot download; all audited as Ollama's."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import ollama
 import pytest
-import uvicorn
 from sqlmodel import Session, col, select
 
 from mlx_server.database import get_engine
@@ -22,24 +19,15 @@ from mlx_server.records import AuditLog, ModelCapabilities, ModelRecord
 from mlx_server.services.operations.audit import audit_service
 from mlx_server.services.operations.model_files import delete_model
 from tests.mlx_server.api.conftest import register_models
-from tests.support import free_port
+from tests.support import uvicorn_server
 
 
 @pytest.fixture
 def client(home: Path, smollm_dir: Path) -> Iterator[ollama.Client]:
     """Ollama's own client on the standalone server, served on a loopback port in a thread."""
     register_models({"minilm": default_embedding_model_dir(), "smol": smollm_dir})
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.05)
-    yield ollama.Client(host=f"http://127.0.0.1:{port}", timeout=60)
-    server.should_exit = True
-    thread.join(timeout=10)
+    with uvicorn_server(create_app()) as url:
+        yield ollama.Client(host=url, timeout=60)
 
 
 def test_copy_is_a_second_name_for_the_same_files(client: ollama.Client) -> None:

@@ -9,13 +9,11 @@ import statistics
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from fastapi.testclient import TestClient
@@ -30,7 +28,7 @@ from mlx_server.main import create_app as create_server_app
 from mlx_server.records import AuditLog, utcnow
 from mlx_server.services.operations.audit import audit_service, reset_audit_service
 from mlx_server.services.operations.scheduler import get_scheduler, reset_scheduler
-from tests.support import free_port
+from tests.support import uvicorn_server
 
 
 @pytest.fixture(autouse=True)
@@ -96,23 +94,6 @@ def _streaming_app(release: threading.Event) -> FastAPI:
     return app
 
 
-@contextmanager
-def _serving(app: FastAPI) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start within 10 s"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def test_v1_requests_are_recorded_with_endpoint_status_error_and_request_id(client: TestClient) -> None:
     listed = client.get("/v1/models")
     missing = client.get("/v1/models/unknown")
@@ -142,7 +123,7 @@ def test_standalone_server_records_the_same_endpoints_but_not_health_or_docs() -
 def test_streamed_response_is_written_in_flight_and_completed_when_its_last_chunk_is_sent() -> None:
     upgrade_database()
     release = threading.Event()
-    with _serving(_streaming_app(release)) as base, httpx.Client(base_url=base, timeout=5) as http:
+    with uvicorn_server(_streaming_app(release)) as base, httpx.Client(base_url=base, timeout=5) as http:
         with http.stream("GET", "/v1/test/stream") as response:
             chunks = response.iter_raw()
             assert next(chunks).startswith(b"data: first")
@@ -176,7 +157,7 @@ def test_client_leaving_mid_stream_is_recorded_as_499() -> None:
     upgrade_database()
     release = threading.Event()
     release.set()
-    with _serving(_streaming_app(release)) as base, httpx.Client(base_url=base, timeout=5) as http:
+    with uvicorn_server(_streaming_app(release)) as base, httpx.Client(base_url=base, timeout=5) as http:
         with http.stream("GET", "/v1/test/stream", params={"ticks": 500}) as response:
             chunks = response.iter_raw()
             next(chunks)
