@@ -74,7 +74,7 @@ def _kernel_huge_page_share(size: int) -> float:
     pages now: below 1 when free memory is fragmented (late in the suite on a CI machine, after
     many loads, the kernel found 2-MiB pieces for only ~70 % of the weights)."""
     page = 2 << 20
-    region = mmap.mmap(-1, size + page)
+    region = mmap.mmap(-1, size + page, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # not shmem
     region.write(b"x" * (size + page))  # every small page present
     view = ctypes.c_char.from_buffer(region)
     aligned = (ctypes.addressof(view) + page - 1) // page * page
