@@ -2,9 +2,8 @@
 
 `mlx_manager` imports from this module only (tests/test_architecture.py checks it), so a change
 inside the server that keeps these names keeps the dashboard working. Grouped by what it is for:
-the app and its settings, the database, models, the pool, chat, probes, the audit log,
-run-time settings overrides, and the benchmarks' command line and report file.
-"""
+the app and its settings, the database, models, the pool, chat (its typed messages and tools),
+probes, the audit log, run-time settings overrides, the benchmarks' command line and report."""
 
 from __future__ import annotations
 
@@ -52,6 +51,7 @@ from mlx_server.records import (
     ModelSource,
     utcnow,
 )
+from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.images import ImageRejected, LoadedImage, decode_image_data
 from mlx_server.services.operations.api_keys import (
     ApiKeyError,
@@ -164,7 +164,15 @@ from mlx_server.services.pipeline.events import (
     Usage,
 )
 from mlx_server.services.pipeline.inference import generate_chat_completion
-from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
+from mlx_server.services.pipeline.protocols.openai_request import chat_tools
+from mlx_server.services.pipeline.request import (
+    GenerationRequest,
+    ImagePart,
+    Message,
+    TextPart,
+    Tool,
+    ToolChoice,
+)
 from mlx_server.services.remote.backends import (
     BackendIn,
     RuleIn,
@@ -231,10 +239,12 @@ __all__ = [
     "GenerationRequest",
     "GuardPolicy",
     "HomeInUse",
+    "ImagePart",
     "ImageRejected",
     "KeyState",
     "LoadedImage",
     "MLXServerSettings",
+    "Message",
     "ModelCapabilities",
     "ModelDefaults",
     "ModelDefaultsError",
@@ -262,7 +272,10 @@ __all__ = [
     "SlidingWindow",
     "SpeechStream",
     "TextDelta",
+    "TextPart",
     "TokenLogprob",
+    "Tool",
+    "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",
     "ToolCallEvent",
@@ -284,6 +297,7 @@ __all__ = [
     "benchmark_model",
     "bind_refusal",
     "bounded",
+    "chat_tools",
     "check_benchmark",
     "check_request",
     "clip",

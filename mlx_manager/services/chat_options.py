@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from mlx_manager.services.chat_tools import BUILTIN_TOOLS, ToolDefinitionError, parse_tool_definitions
-from mlx_server.facade import GenerationParams, SamplingParams
+from mlx_server.facade import GenerationParams, SamplingParams, Tool, chat_tools
 
 ToolChoice = Literal["auto", "required", "none"]
 AgentMode = Literal["auto", "manual"]
@@ -84,9 +84,9 @@ class ChatOptions:
     def user_tools(self) -> list[dict[str, Any]]:
         return parse_tool_definitions(self.tools_json) if self.tools_json.strip() else []
 
-    def tools(self) -> list[dict[str, Any]] | None:
-        tools = [BUILTIN_TOOLS[name].definition for name in self.builtin_tools] + self.user_tools()
-        return tools or None
+    def tools(self) -> tuple[Tool, ...] | None:
+        """The enabled built-in tools and the editor's, as the pipeline takes them."""
+        return chat_tools([BUILTIN_TOOLS[name].definition for name in self.builtin_tools] + self.user_tools())
 
     def runs_here(self, tool_name: str) -> bool:
         """Whether the server executes this call (auto mode, an enabled built-in tool)."""

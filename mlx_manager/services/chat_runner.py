@@ -62,7 +62,7 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
         if not await _loaded(job, conversation.model_id):
             return
         servers = [s for i in options.mcp_servers if (s := session.get(McpServer, i)) is not None]
-        taken = {tool["function"]["name"] for tool in options.tools() or []}
+        taken = {tool.name for tool in options.tools() or ()}
         async with mcp_toolbox(servers, taken, get_manager_settings().mcp_timeout_seconds) as toolbox:
             for problem in toolbox.problems:
                 job.say(problem)
@@ -135,7 +135,7 @@ async def _one_reply(
 ) -> ConversationMessage | None:
     """One reply of the model, stored from its first event on and updated as it grows."""
     assert conversation.id is not None and conversation.model_id is not None
-    tools = [*(options.tools() or []), *toolbox.definitions()] or None
+    tools = (*(options.tools() or ()), *toolbox.definitions()) or None
     stats = CompletionStats()
     started = time.perf_counter()
     request = GenerationRequest(

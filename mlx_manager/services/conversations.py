@@ -13,7 +13,7 @@ from mlx_manager.services.chat_images import attached, data_url, remove_unrefere
 from mlx_manager.services.chat_options import ChatOptions
 from mlx_manager.services.model_defaults_form import chat_parameters
 from mlx_manager.services.settings_store import get_chat_defaults
-from mlx_server.facade import utcnow
+from mlx_server.facade import ImagePart, Message, TextPart, ToolCall, utcnow
 
 TITLE_CHARS = 60
 NEW_TITLE = "New chat"
@@ -171,42 +171,41 @@ def last_user_position(messages: list[ConversationMessage]) -> int:
     raise ConversationError("There is no user message to answer yet; send one first.")
 
 
-def pipeline_messages(
-    conversation: Conversation, messages: list[ConversationMessage]
-) -> list[dict[str, Any]]:
-    """OpenAI-format dicts, reasoning and tool calls included, as generate_chat_completion takes them."""
-    result: list[dict[str, Any]] = []
-    if conversation.system_prompt:
-        result.append({"role": "system", "content": conversation.system_prompt})
-    for message in messages:
-        entry: dict[str, Any] = {"role": message.role, "content": message.content}
-        if message.images:
-            entry["content"] = _with_images(message)
-        if message.role == "assistant":
-            if message.tool_calls:
-                # Without the playground's own marks ("rejected": the card's reason).
-                entry["tool_calls"] = [
-                    {k: v for k, v in call.items() if k != "rejected"} for call in message.tool_calls
-                ]
-                entry["content"] = message.content or None
-            if message.reasoning:
-                entry["reasoning_content"] = message.reasoning
-        if message.role == "tool":
-            entry["tool_call_id"] = message.tool_call_id
-        result.append(entry)
-    return result
+def pipeline_messages(conversation: Conversation, messages: list[ConversationMessage]) -> tuple[Message, ...]:
+    """The conversation as generate_chat_completion takes it, reasoning and tool calls included."""
+    system = (Message("system", conversation.system_prompt),) if conversation.system_prompt else ()
+    return (*system, *(_pipeline_message(message) for message in messages))
 
 
-def _with_images(message: ConversationMessage) -> list[dict[str, Any]]:
-    """OpenAI content parts: the images (as data: URLs) before the text, as the composer shows them."""
-    parts: list[dict[str, Any]] = []
+def _pipeline_message(message: ConversationMessage) -> Message:
+    content = _with_images(message) if message.images else message.content
+    if message.role == "tool":
+        return Message("tool", content, tool_call_id=message.tool_call_id)
+    if message.role != "assistant":
+        return Message("system" if message.role == "system" else "user", content)
+    # Without the playground's own marks ("rejected": the card's reason).
+    calls = tuple(
+        ToolCall.model_validate({k: v for k, v in call.items() if k != "rejected"})
+        for call in message.tool_calls or ()
+    )
+    return Message(
+        "assistant",
+        (message.content or None) if calls else content,
+        tool_calls=calls,
+        reasoning=message.reasoning or None,
+    )
+
+
+def _with_images(message: ConversationMessage) -> tuple[TextPart | ImagePart, ...]:
+    """The images (as data: URLs) before the text, as the composer shows them."""
+    parts: list[TextPart | ImagePart] = []
     for image in message.images or []:
         url = data_url(image)
         if url is None:
-            parts.append({"type": "text", "text": "(An attached image is missing from the home directory.)"})
+            parts.append(TextPart("(An attached image is missing from the home directory.)"))
         else:
-            parts.append({"type": "image_url", "image_url": {"url": url}})
-    return [*parts, {"type": "text", "text": message.content}]
+            parts.append(ImagePart(url))
+    return (*parts, TextPart(message.content))
 
 
 def pending_tool_calls(messages: list[ConversationMessage]) -> list[dict[str, Any]]:

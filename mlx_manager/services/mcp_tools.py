@@ -37,6 +37,7 @@ from mlx_manager.services.chat_tools import (
     check_arguments,
     rejected_call_result,
 )
+from mlx_server.facade import Tool
 
 SSE_READ_SECONDS = 300  # the SDK's default: an HTTP server may keep its event stream quiet
 STDERR_SHOWN = 300  # characters of a stdio server's stderr shown with its error
@@ -251,15 +252,9 @@ class McpToolbox:
                 names.add(name)
                 self._tools[name] = (connection, tool)
 
-    def definitions(self) -> list[dict[str, Any]]:
-        """The tools as OpenAI function tools, under the names the model calls."""
-        return [
-            {
-                "type": "function",
-                "function": {"name": name, "description": tool.description, "parameters": tool.parameters},
-            }
-            for name, (_, tool) in self._tools.items()
-        ]
+    def definitions(self) -> list[Tool]:
+        """The tools as the pipeline takes them, under the names the model calls."""
+        return [Tool(name, tool.description, tool.parameters) for name, (_, tool) in self._tools.items()]
 
     def has(self, name: str) -> bool:
         return name in self._tools

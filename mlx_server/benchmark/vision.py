@@ -23,9 +23,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlx_server.benchmark.report import publish, run_line
+
+if TYPE_CHECKING:
+    from mlx_server.services.pipeline.request import Message
 
 SIDE = 512
 QUESTION = "Describe this picture in one sentence."
@@ -50,11 +53,11 @@ def noise_png_url() -> str:
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
 
 
-def _messages(image_url: str | None) -> list[dict[str, Any]]:
-    if image_url is None:
-        return [{"role": "user", "content": QUESTION}]
-    parts = [{"type": "image_url", "image_url": {"url": image_url}}, {"type": "text", "text": QUESTION}]
-    return [{"role": "user", "content": parts}]
+def _messages(image_url: str | None) -> tuple[Message, ...]:
+    from mlx_server.services.pipeline.request import ImagePart, Message, TextPart
+
+    content = QUESTION if image_url is None else (ImagePart(image_url), TextPart(QUESTION))
+    return (Message("user", content),)
 
 
 async def timed_request(image_url: str | None) -> Timing:
@@ -83,7 +86,7 @@ async def image_parts_s() -> tuple[float, float]:
     decode_s = time.perf_counter() - started
     async with get_model_pool().lease(MODEL_ID) as loaded:
         adapter = loaded.chat
-        text = adapter.apply_chat_template(adapter.convert_messages(_messages(url)))
+        text = adapter.apply_chat_template(adapter.convert_messages([m.as_openai() for m in _messages(url)]))
         started = time.perf_counter()
         await vision_inputs(loaded, text, [image])
         return decode_s, time.perf_counter() - started

@@ -15,6 +15,7 @@ from mlx_server.schemas.tokenize import (
     TokenizeResponse,
 )
 from mlx_server.services.pipeline.catalog import resolve_model
+from mlx_server.services.pipeline.protocols.openai_request import chat_messages, chat_tools
 from mlx_server.services.pipeline.request import GenerationRequest
 from mlx_server.services.pipeline.tokenize import detokenize, tokenize_chat, tokenize_text
 
@@ -37,8 +38,8 @@ async def tokenize(body: TokenizeRequest, request: Request) -> TokenizeResponse:
     else:
         chat = GenerationRequest(
             model=model,
-            messages=[m.model_dump(exclude_none=True) for m in body.messages or []],
-            tools=body.tools,
+            messages=chat_messages(body.messages or []),
+            tools=chat_tools(body.tools),
             enable_thinking=body.thinking_toggle,
         )
         tokens = await tokenize_chat(

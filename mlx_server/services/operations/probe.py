@@ -190,7 +190,7 @@ def renders_tools(tokenizer: Any) -> bool:
     """Whether the chat template writes `tools=` into the prompt: tried, not guessed from its text."""
     messages = [{"role": "user", "content": "Hi"}]
     try:
-        with_tools = _render(tokenizer, messages, tools=[WEATHER_TOOL])
+        with_tools = _render(tokenizer, messages, tools=[WEATHER_TOOL.as_openai()])
         return TOOL_NAME in with_tools and with_tools != _render(tokenizer, messages)
     except (TemplateError, TypeError, ValueError):  # no template, or one that refuses tools
         return False
@@ -200,8 +200,8 @@ def _tool_prompt(adapter: ModelAdapter) -> str:
     """The prompt inference would build for this question and tool (inference's `_chat_prompt`)."""
     messages = adapter.convert_messages([{"role": "user", "content": TOOL_QUESTION}])
     if adapter.supports_native_tools():
-        return adapter.apply_chat_template(messages, tools=[WEATHER_TOOL], enable_thinking=False)
-    messages = adapter.add_system_text(messages, adapter.format_tools_for_prompt([WEATHER_TOOL]))
+        return adapter.apply_chat_template(messages, tools=[WEATHER_TOOL.as_openai()], enable_thinking=False)
+    messages = adapter.add_system_text(messages, adapter.format_tools_for_prompt([WEATHER_TOOL.as_openai()]))
     return adapter.apply_chat_template(messages, enable_thinking=False)
 
 

@@ -4,24 +4,20 @@ first, as inference would read it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlx_server.parsers.base import ThinkingParser
 from mlx_server.parsers.null import NullThinkingParser
 from mlx_server.parsers.registry import THINKING_PARSERS, TOOL_PARSERS
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.services.pipeline.json_calls import JsonCallReader
+from mlx_server.services.pipeline.request import Tool
 from mlx_server.services.pipeline.streaming import parse_output
 
 TOOL_NAME = "get_weather"
-WEATHER_TOOL: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+WEATHER_TOOL = Tool(
+    TOOL_NAME,
+    "Current weather in a city",
+    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+)
 
 
 def find_tool_parser(default_id: str, output: str) -> str:

@@ -3,8 +3,6 @@ as the pipeline's typed events."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlx_server.models.adapters import ModelAdapter
 from mlx_server.parsers.thinking import opens_thinking
 from mlx_server.schemas.openai import ToolCall
@@ -21,7 +19,7 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
 )
 from mlx_server.services.pipeline.json_calls import JsonCallReader
-from mlx_server.services.pipeline.request import OutputFormat, ToolChoice
+from mlx_server.services.pipeline.request import OutputFormat, Tool, ToolChoice
 from mlx_server.services.pipeline.streaming import StreamEvent, StreamingProcessor
 from mlx_server.services.pipeline.structured_output import output_problem
 from mlx_server.services.pipeline.tool_calls import ToolCallChecker
@@ -41,7 +39,7 @@ class ChatTurn:
         adapter: ModelAdapter,
         *,
         prompt: str,
-        tools: list[dict[str, Any]] | None,
+        tools: tuple[Tool, ...] | None,
         tool_choice: ToolChoice,
         output_format: OutputFormat | None = None,
         constrained_calls: bool = False,

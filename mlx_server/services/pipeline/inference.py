@@ -14,7 +14,6 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any
 
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import ChatTemplateError
@@ -38,7 +37,7 @@ from mlx_server.services.pipeline.engine.params import CompletionStats, Generate
 from mlx_server.services.pipeline.engine.vision import VisionInputs, request_images, vision_inputs
 from mlx_server.services.pipeline.events import Finish, FinishReason, GenerationEvent, Reply
 from mlx_server.services.pipeline.model_defaults import with_model_defaults, without_oldest_turn
-from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
+from mlx_server.services.pipeline.request import GenerationRequest, Tool, ToolChoice
 from mlx_server.services.remote.routing import LocalTarget, RemoteReply, route_chat
 
 logger = logging.getLogger("mlx_server.inference")
@@ -86,23 +85,26 @@ def encode(loaded: LoadedModel, text: str) -> list[int]:
 def _chat_prompt(
     loaded: LoadedModel,
     request: GenerationRequest,
-    tools: list[dict[str, Any]] | None,
+    tools: tuple[Tool, ...] | None,
     add_generation_prompt: bool = True,
 ) -> tuple[str, list[int]]:
-    """The prompt text through the model's chat template, and its tokens."""
+    """The prompt text through the model's chat template, and its tokens. The template edge:
+    messages and tools become the OpenAI-format dicts templates read here, and only here."""
     assert request.messages is not None, "a chat request"
     adapter = loaded.chat
     instruction = _tool_choice_instruction(request.tool_choice) if tools else None
+    shown = [tool.as_openai() for tool in tools or ()] or None
     try:
-        converted = adapter.convert_messages(request.messages)  # content is plain text from here on
-        if tools and not adapter.supports_native_tools():
-            converted = adapter.add_system_text(converted, adapter.format_tools_for_prompt(tools))
-            tools = None
+        # Content is plain text (or text and image markers) from here on.
+        converted = adapter.convert_messages([message.as_openai() for message in request.messages])
+        if shown and not adapter.supports_native_tools():
+            converted = adapter.add_system_text(converted, adapter.format_tools_for_prompt(shown))
+            shown = None
         if instruction is not None:
             converted = adapter.add_system_text(converted, instruction)
         text = adapter.apply_chat_template(
             converted,
-            tools=tools,
+            tools=shown,
             enable_thinking=request.enable_thinking,
             add_generation_prompt=add_generation_prompt,
         )
@@ -115,7 +117,7 @@ def _chat_prompt(
 async def _prompt(
     loaded: LoadedModel,
     request: GenerationRequest,
-    tools: list[dict[str, Any]] | None,
+    tools: tuple[Tool, ...] | None,
     add_generation_prompt: bool = True,
 ) -> tuple[str, list[int], VisionInputs | None]:
     """The prompt text and tokens; for a vision model also its images, processed with the
@@ -129,7 +131,7 @@ async def _prompt(
 
 
 async def _fitting_prompt(
-    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None
+    loaded: LoadedModel, request: GenerationRequest, tools: tuple[Tool, ...] | None
 ) -> tuple[str, list[int], VisionInputs | None]:
     """The prompt; a model set to truncate (its context_overflow default) drops the oldest
     messages until the prompt leaves room for the reply: max_tokens, at most half the context."""
@@ -212,16 +214,14 @@ def _tool_choice_instruction(tool_choice: ToolChoice) -> str | None:
     return None
 
 
-def _request_tools(
-    tools: list[dict[str, Any]] | None, tool_choice: ToolChoice
-) -> list[dict[str, Any]] | None:
+def _request_tools(tools: tuple[Tool, ...] | None, tool_choice: ToolChoice) -> tuple[Tool, ...] | None:
     """The tools the model is shown: none for tool_choice "none", only the named one when forced."""
     if not tools or not tool_choice.offers_tools:
         return None
     name = tool_choice.function
     if name is None:
         return tools
-    named = [t for t in tools if (t.get("function") or {}).get("name") == name]
+    named = tuple(tool for tool in tools if tool.name == name)
     if not named:
         raise APIError(400, f"tool_choice names {name!r}, which is not among the tools.", param="tool_choice")
     return named
@@ -340,7 +340,7 @@ async def chat_prompt_tokens(
 
 
 async def _constraint(
-    loaded: LoadedModel, request: GenerationRequest, tools: list[dict[str, Any]] | None, max_tokens: int
+    loaded: LoadedModel, request: GenerationRequest, tools: tuple[Tool, ...] | None, max_tokens: int
 ) -> tuple[GrammarProcessor | None, bool]:
     """The grammar this request generates under, if any: forced tool calls first, then JSON;
     and whether it is a tool-call grammar."""
@@ -348,7 +348,7 @@ async def _constraint(
     named = request.tool_choice.function is not None
     if tools and request.tool_choice.requires_call:
         parallel = request.parallel_tool_calls and not named
-        lark = loaded.chat.tool_parser.call_grammar(tools, parallel=parallel)
+        lark = loaded.chat.tool_parser.call_grammar([tool.as_openai() for tool in tools], parallel=parallel)
         if lark is None:
             logger.info("%s's tool format cannot be constrained; asking in words", loaded.model_id)
         else:

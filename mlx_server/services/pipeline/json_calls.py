@@ -12,12 +12,14 @@ shape, code) is given back as the content it was.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mlx_server.parsers.call_objects import call_from_object
 from mlx_server.parsers.lenient_json import arguments_object, loads_lenient, strict_loads, strip_fence
 from mlx_server.schemas.openai import ToolCall
+from mlx_server.services.pipeline.request import Tool
 from mlx_server.services.pipeline.tool_calls import arguments_fit, tool_schemas
 
 # A block longer than this without its end is no call (it is content, decided at this length in
@@ -96,7 +98,7 @@ def block_start(text: str, at_line_start: bool) -> tuple[int, str] | None:
 class JsonCallReader:
     """Per-request: the declared tools' schemas, and which JSON blocks are calls to them."""
 
-    def __init__(self, tools: list[dict[str, Any]]) -> None:
+    def __init__(self, tools: Sequence[Tool]) -> None:
         self._schemas = tool_schemas(tools)
 
     def read(self, block: str, *, closed: bool) -> list[Any]:

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from mlx_server.models.defaults import ModelDefaults
-from mlx_server.services.pipeline.request import GenerationRequest
+from mlx_server.services.pipeline.request import GenerationRequest, Message
 
 # SamplingParams fields a model's defaults may set.
 DEFAULTABLE_SAMPLING = frozenset({"temperature", "top_p", "top_k", "min_p", "repetition_penalty"})
@@ -38,25 +38,25 @@ def with_model_defaults(request: GenerationRequest, defaults: ModelDefaults) -> 
         )
     messages = request.messages
     if messages is not None and defaults.system_prompt and not _has_system(messages):
-        changes["messages"] = [{"role": "system", "content": defaults.system_prompt}, *messages]
+        changes["messages"] = (Message("system", defaults.system_prompt), *messages)
     if messages is not None and request.enable_thinking is None and defaults.thinking is not None:
         changes["enable_thinking"] = defaults.thinking
     return replace(request, **changes) if changes else request
 
 
-def _has_system(messages: list[dict[str, Any]]) -> bool:
-    return any(message.get("role") in SYSTEM_ROLES for message in messages)
+def _has_system(messages: tuple[Message, ...]) -> bool:
+    return any(message.role in SYSTEM_ROLES for message in messages)
 
 
-def without_oldest_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def without_oldest_turn(messages: tuple[Message, ...]) -> tuple[Message, ...] | None:
     """The conversation without its oldest message that is not a system prompt (and the tool
     results that answered it); None when only the last message is left to keep."""
-    others = [i for i, message in enumerate(messages) if message.get("role") not in SYSTEM_ROLES]
+    others = [i for i, message in enumerate(messages) if message.role not in SYSTEM_ROLES]
     if len(others) <= 1:
         return None
     dropped = {others[0]}
     for index in others[1:-1]:  # results left without their call would confuse the template
-        if messages[index].get("role") != "tool":
+        if messages[index].role != "tool":
             break
         dropped.add(index)
-    return [message for i, message in enumerate(messages) if i not in dropped]
+    return tuple(message for i, message in enumerate(messages) if i not in dropped)

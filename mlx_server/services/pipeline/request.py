@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mlx_server.errors import APIError
+from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.pipeline.engine.params import GenerationParams
 
 ToolMode = Literal["auto", "none", "required"]
@@ -67,42 +68,101 @@ class ImagePart:
     detail: str | None = None
 
 
-def image_parts(messages: list[dict[str, Any]]) -> tuple[ImagePart, ...]:
-    """The images of OpenAI-format messages, in order; a malformed image part is a 400 naming it."""
-    images: list[ImagePart] = []
-    for index, message in enumerate(messages):
-        content = message.get("content")
-        if not isinstance(content, list):
-            continue
-        for position, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "image_url":
-                continue
-            image_url = part.get("image_url")
-            url = image_url.get("url") if isinstance(image_url, dict) else image_url
-            if not isinstance(url, str) or not url:
-                raise APIError(
-                    400,
-                    'An image_url part needs {"image_url": {"url": "data:image/png;base64,..." or "https://..."}}.',
-                    param=f"messages[{index}].content[{position}].image_url",
-                )
-            detail = image_url.get("detail") if isinstance(image_url, dict) else None
-            images.append(ImagePart(url=url, detail=detail if isinstance(detail, str) else None))
-    return tuple(images)
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+
+
+ContentPart = TextPart | ImagePart
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation, whichever protocol sent it: its text (or text and image
+    parts in order), an assistant's tool calls and reasoning, a tool result's call id. Each
+    protocol's request module builds these; `as_openai()` is the form chat templates (and an
+    OpenAI-compatible upstream) read."""
+
+    role: Role
+    content: str | tuple[ContentPart, ...] | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reasoning: str | None = None
+
+    @property
+    def images(self) -> tuple[ImagePart, ...]:
+        content = self.content if isinstance(self.content, tuple) else ()
+        return tuple(part for part in content if isinstance(part, ImagePart))
+
+    def as_openai(self) -> dict[str, Any]:
+        """The OpenAI chat message: what `tokenizer.apply_chat_template` and upstreams read."""
+        shape: dict[str, Any] = {"role": self.role, "content": _openai_content(self.content)}
+        if self.reasoning is not None:
+            shape["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            shape["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            shape["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            shape["name"] = self.name
+        return shape
+
+
+def _openai_content(content: str | tuple[ContentPart, ...] | None) -> str | list[object] | None:
+    if not isinstance(content, tuple):
+        return content
+    parts: list[object] = []
+    for part in content:
+        if isinstance(part, TextPart):
+            parts.append({"type": "text", "text": part.text})
+        else:
+            image = {"url": part.url} if part.detail is None else {"url": part.url, "detail": part.detail}
+            parts.append({"type": "image_url", "image_url": image})
+    return parts
+
+
+def text_or_parts(parts: Sequence[ContentPart]) -> str | tuple[ContentPart, ...]:
+    """Content as protocols without parts send it: the texts joined by a blank line when there
+    is no image, else the parts in order."""
+    if all(isinstance(part, TextPart) for part in parts):
+        return "\n\n".join(part.text for part in parts if isinstance(part, TextPart))
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call: its name, what it does, and a JSON Schema of its
+    arguments (None: the client sent none; any arguments pass)."""
+
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, Any] | None = None
+
+    def as_openai(self) -> dict[str, Any]:
+        """OpenAI's tool definition: what chat templates and tool-call grammars read."""
+        function: dict[str, Any] = {"name": self.name}
+        if self.description:
+            function["description"] = self.description
+        if self.parameters is not None:
+            function["parameters"] = dict(self.parameters)
+        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """What to generate. A chat request carries `messages` (OpenAI-format message dicts, every
-    field kept, rendered through the model's chat template); a legacy completion carries a raw
+    """What to generate. A chat request carries `messages` (rendered through the model's chat
+    template, with `tools`); a legacy completion carries a raw
     `prompt` (text or token ids) and may `echo` it. Tools, tool_choice, thinking and the output
     format apply to chats only."""
 
     model: str
     params: GenerationParams = field(default_factory=GenerationParams)
-    messages: list[dict[str, Any]] | None = None
+    messages: tuple[Message, ...] | None = None
     prompt: str | list[int] | None = None
     echo: bool = False
-    tools: list[dict[str, Any]] | None = None
+    tools: tuple[Tool, ...] | None = None
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
     output_format: OutputFormat | None = None
@@ -117,4 +177,5 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.prompt is None):
             raise ValueError("A GenerationRequest has either messages (chat) or a prompt (completion).")
-        object.__setattr__(self, "images", image_parts(self.messages or []))
+        images = tuple(image for message in self.messages or () for image in message.images)
+        object.__setattr__(self, "images", images)

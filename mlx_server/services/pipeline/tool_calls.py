@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from mlx_server.schemas.openai import FunctionCall, ToolCall
+from mlx_server.services.pipeline.request import Tool
 
 logger = logging.getLogger("mlx_server.tools")
 
 
-def tool_schemas(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, Any]]:
+def tool_schemas(tools: Sequence[Tool] | None) -> dict[str, dict[str, Any]]:
     """Declared function name -> its parameters schema."""
-    schemas: dict[str, dict[str, Any]] = {}
-    for tool in tools or []:
-        function = tool.get("function") if tool.get("type", "function") == "function" else None
-        if isinstance(function, dict) and isinstance(function.get("name"), str):
-            parameters = function.get("parameters")
-            schemas[function["name"]] = lenient_types(parameters) if isinstance(parameters, dict) else {}
-    return schemas
+    return {tool.name: lenient_types(dict(tool.parameters or {})) for tool in tools or ()}
 
 
 # Type names clients send that JSON Schema does not know ({"type": "float"}), read as a number.
@@ -113,7 +109,7 @@ def arguments_fit(arguments: dict[str, Any], schema: dict[str, Any]) -> bool:
 class ToolCallChecker:
     """Per-request: knows the declared tools and the calls already returned."""
 
-    def __init__(self, tools: list[dict[str, Any]] | None, *, strict: bool = False) -> None:
+    def __init__(self, tools: Sequence[Tool] | None, *, strict: bool = False) -> None:
         """`strict`: drop calls whose arguments break their schema (under a grammar only a call
         cut off by max_tokens can, and it must not pass for a finished one)."""
         self.schemas = tool_schemas(tools)

@@ -1,7 +1,7 @@
 """A `GenerationRequest` sent to an Anthropic-compatible upstream (POST {base_url}/v1/messages,
 streamed), its events turned into the pipeline's typed events as they arrive.
 
-The pipeline's messages are in OpenAI's format; they become Messages-API turns here: system
+The pipeline's messages become Messages-API turns here: system
 text joins `system`, assistant `tool_calls` become `tool_use` blocks, `role: tool` messages
 become `tool_result` blocks of a user turn, data: URL images become base64 image blocks.
 """
@@ -27,60 +27,54 @@ from mlx_server.services.pipeline.events import (
     ToolCallDone,
     ToolCallStarted,
 )
-from mlx_server.services.pipeline.request import GenerationRequest
+from mlx_server.services.pipeline.request import ContentPart, GenerationRequest, Message, TextPart
 from mlx_server.services.remote.openai_upstream import sampling_fields, sse_data
 from mlx_server.services.remote.progress import UpstreamProgress
 
 STOP_REASONS: dict[str, FinishReason] = {"max_tokens": "length", "tool_use": "tool_calls"}
 
 
-def _content_blocks(content: Any) -> list[dict[str, Any]]:
-    if isinstance(content, str):
+def _content_blocks(content: str | tuple[ContentPart, ...] | None) -> list[dict[str, Any]]:
+    if not isinstance(content, tuple):
         return [{"type": "text", "text": content}] if content else []
-    blocks: list[dict[str, Any]] = []
-    for part in content or []:
-        if part.get("type") == "text":
-            blocks.append({"type": "text", "text": part.get("text", "")})
-        elif part.get("type") == "image_url":
-            url = (part.get("image_url") or {}).get("url", "")
-            if not url.startswith("data:"):
-                blocks.append({"type": "image", "source": {"type": "url", "url": url}})
-                continue
-            media_type, _, data = url[5:].partition(";base64,")
-            blocks.append(
-                {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
-            )
-    return blocks
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else _image_block(part.url)
+        for part in content
+    ]
 
 
-def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
+def _image_block(url: str) -> dict[str, Any]:
+    if not url.startswith("data:"):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    media_type, _, data = url[5:].partition(";base64,")
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
     try:
-        arguments = json.loads(function.get("arguments") or "{}")
+        arguments = json.loads(call.function.arguments or "{}")
     except ValueError:
         raise APIError(400, "A tool call's arguments are not JSON.", param="messages") from None
-    return {"type": "tool_use", "id": call.get("id"), "name": function.get("name"), "input": arguments}
+    return {"type": "tool_use", "id": call.id, "name": call.function.name, "input": arguments}
 
 
-def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """The system text and the alternating turns of OpenAI-format `messages`."""
+def _turns(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+    """The system text and the alternating turns of the pipeline's `messages`."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
     for message in messages:
-        role = message.get("role")
+        role: str = message.role
         if role in ("system", "developer"):
-            system.extend(b["text"] for b in _content_blocks(message.get("content")) if b["type"] == "text")
+            system.extend(b["text"] for b in _content_blocks(message.content) if b["type"] == "text")
             continue
         if role == "tool":
-            result = {
-                "type": "tool_result",
-                "tool_use_id": message.get("tool_call_id"),
-                "content": message.get("content") or "",
-            }
+            content = (
+                message.content if isinstance(message.content, str) else _content_blocks(message.content)
+            )
+            result = {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": content or ""}
             role, blocks = "user", [result]
         else:
-            blocks = _content_blocks(message.get("content"))
-            blocks += [_tool_use(call) for call in message.get("tool_calls") or []]
+            blocks = _content_blocks(message.content) + [_tool_use(call) for call in message.tool_calls]
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
@@ -90,7 +84,7 @@ def _turns(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
 
 def messages_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     params = request.params
-    system, turns = _turns(request.messages or [])
+    system, turns = _turns(request.messages or ())
     body: dict[str, Any] = {
         "model": model,
         "messages": turns,
@@ -109,13 +103,12 @@ def messages_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     if request.tools:
         body["tools"] = [
             {
-                "name": f["name"],
-                "description": f.get("description", ""),
-                "input_schema": f.get("parameters") or {"type": "object"},
+                "name": tool.name,
+                "description": tool.description or "",
+                "input_schema": dict(tool.parameters or {"type": "object"}),
             }
-            for f in (tool.get("function") or {} for tool in request.tools)
+            for tool in request.tools
         ]
-    if request.tools:
         body["tool_choice"] = request.tool_choice.as_anthropic()
     return body
 

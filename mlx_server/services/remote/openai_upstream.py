@@ -38,7 +38,7 @@ def chat_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     params = request.params
     body: dict[str, Any] = {
         "model": model,
-        "messages": request.messages,
+        "messages": [message.as_openai() for message in request.messages or ()],
         "stream": True,
         "stream_options": {"include_usage": True},
         **sampling_fields(params.sampling),
@@ -48,9 +48,8 @@ def chat_body(request: GenerationRequest, model: str) -> dict[str, Any]:
     if params.stop:
         body["stop"] = params.stop
     if request.tools:
-        body["tools"] = request.tools
+        body["tools"] = [tool.as_openai() for tool in request.tools]
         body["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.tools:
         body["tool_choice"] = request.tool_choice.as_openai()
     if request.output_format is not None:
         schema = {"name": "output", "schema": request.output_format.schema}

@@ -76,7 +76,7 @@ def test_the_agent_loops_toolbox_calls_tools_and_reports_their_errors(transport:
     async def run() -> list[tuple[str, bool]]:
         async with mcp_toolbox([server], {"add"}, START) as toolbox:
             assert toolbox.problems == []
-            names = [d["function"]["name"] for d in toolbox.definitions()]
+            names = [d.name for d in toolbox.definitions()]
             # `add` is taken (a built-in or user tool, say): it is offered under its server's name.
             assert names == ["lookup_capital", f"{server.name}_add", "greeting"]
             calls = [

@@ -28,6 +28,6 @@ def test_a_rejected_call_gets_its_card_and_stays_out_of_the_history(client: Test
         )
         sent = pipeline_messages(conversation, messages_of(session, conversation.id or 0))
         page = client.get(f"/chat/{conversation.id}")
-    assert sent[1]["tool_calls"] == [CALL]
+    assert sent[1].as_openai()["tool_calls"] == [CALL]
     assert page.status_code == 200
     assert "rejected call" in page.text and "Not run: &#39;tool_name&#39; is not a declared tool" in page.text

@@ -17,6 +17,7 @@ from mlx_server.parsers.null import NullThinkingParser
 from mlx_server.parsers.registry import TOOL_PARSERS
 from mlx_server.parsers.thinking import ThinkTagParser
 from mlx_server.services.pipeline.json_calls import MAX_BLOCK_CHARS, JsonCallReader
+from mlx_server.services.pipeline.protocols.openai_request import chat_tools
 from mlx_server.services.pipeline.streaming import ParseResult, StreamingProcessor, parse_output
 
 WEATHER = {
@@ -31,7 +32,7 @@ WEATHER = {
         },
     },
 }
-READER = JsonCallReader([WEATHER])
+READER = JsonCallReader(chat_tools([WEATHER]) or ())
 PARIS = ("get_weather", {"city": "Paris"})
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 
@@ -189,7 +190,7 @@ def test_the_outside_corpus_keeps_its_results_with_json_calls_on() -> None:
             TOOL_PARSERS[parser_id](),
             NullThinkingParser(),
             tools_declared=True,
-            json_calls=JsonCallReader(tools),
+            json_calls=JsonCallReader(chat_tools(tools) or ()),
         )
         assert _key(with_json) == _key(without), (parser_id, case.name)
         checked += 1

@@ -1,8 +1,8 @@
 """Anthropic Messages requests -> the pipeline's `GenerationRequest` (blueprint §9).
 
 One inference pipeline serves every protocol: `anthropic_to_internal()` turns a Messages
-request into the typed request `generate_chat_completion()` takes (messages in the OpenAI
-format the chat templates read); `anthropic_render` renders the pipeline's events back. Ids
+request into the typed request `generate_chat_completion()` takes (the pipeline's `Message`
+and `Tool`); `anthropic_render` renders the pipeline's events back. Ids
 survive the round trip: a `tool_use` id becomes the call id, and a `tool_result` becomes a
 `role: tool` message with that id.
 """
@@ -10,12 +10,10 @@ survive the round trip: a `tool_use` id becomes the call id, and a `tool_result`
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from mlx_server.errors import APIError
 from mlx_server.schemas.anthropic import (
     ImageBlock,
-    Message,
     MessagesInput,
     MessagesRequest,
     RedactedThinkingBlock,
@@ -24,9 +22,20 @@ from mlx_server.schemas.anthropic import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from mlx_server.schemas.anthropic import Message as AnthropicMessage
+from mlx_server.schemas.openai import FunctionCall, ToolCall
 from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
-from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
+from mlx_server.services.pipeline.request import (
+    ContentPart,
+    GenerationRequest,
+    ImagePart,
+    Message,
+    TextPart,
+    Tool,
+    ToolChoice,
+    text_or_parts,
+)
 
 
 class ProtocolTranslator:
@@ -38,13 +47,15 @@ class ProtocolTranslator:
         """The pipeline's request for `model` (the local id the request's model resolved to);
         a token count (no max_tokens, no sampling) gets default generation parameters."""
         system = _system_text(request)
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        messages = [Message("system", system)] if system else []
         for index, message in enumerate(request.messages):
             if message.role == "user":
                 messages.extend(_user_messages(message, index))
             elif message.role == "assistant":
                 messages.append(_assistant_message(message, index))
-        tools = [_openai_tool(t.name, t.description, t.input_schema) for t in request.tools or []] or None
+        tools = (
+            tuple(Tool(t.name, t.description or None, t.input_schema) for t in request.tools or ()) or None
+        )
         choice = request.tool_choice
         if choice is not None and choice.type in ("any", "tool") and not tools:
             raise APIError(
@@ -56,7 +67,7 @@ class ProtocolTranslator:
         return GenerationRequest(
             model=model,
             params=params,
-            messages=messages,
+            messages=tuple(messages),
             tools=tools,
             tool_choice=_tool_choice(request),
             parallel_tool_calls=not (choice is not None and choice.disable_parallel_tool_use),
@@ -108,37 +119,33 @@ def _system_text(request: MessagesInput) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def _user_messages(message: Message, index: int) -> list[dict[str, Any]]:
+def _user_messages(message: AnthropicMessage, index: int) -> list[Message]:
     """Tool results become `role: tool` messages (first, as the pipeline expects them right
     after the assistant's calls); the rest stays one user message."""
     if isinstance(message.content, str):
-        return [{"role": "user", "content": message.content}]
-    results: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
+        return [Message("user", message.content)]
+    results: list[Message] = []
+    parts: list[ContentPart] = []
     for position, block in enumerate(message.content):
         if isinstance(block, ToolResultBlock):
-            results.append(
-                {"role": "tool", "tool_call_id": block.tool_use_id, "content": _result_content(block)}
-            )
+            results.append(Message("tool", _result_content(block), tool_call_id=block.tool_use_id))
         elif isinstance(block, TextBlock):
-            parts.append({"type": "text", "text": block.text})
+            parts.append(TextPart(block.text))
         elif isinstance(block, ImageBlock):
             parts.append(_image_part(block))
         else:
             raise _bad_block(index, position, block.type, "user")
     if parts:
-        only_text = all(p["type"] == "text" for p in parts)
-        content: Any = "\n\n".join(p["text"] for p in parts) if only_text else parts
-        results.append({"role": "user", "content": content})
+        results.append(Message("user", text_or_parts(parts)))
     return results
 
 
-def _assistant_message(message: Message, index: int) -> dict[str, Any]:
+def _assistant_message(message: AnthropicMessage, index: int) -> Message:
     if isinstance(message.content, str):
-        return {"role": "assistant", "content": message.content}
+        return Message("assistant", message.content)
     texts: list[str] = []
     reasoning: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
     for position, block in enumerate(message.content):
         if isinstance(block, TextBlock):
             texts.append(block.text)
@@ -148,43 +155,32 @@ def _assistant_message(message: Message, index: int) -> dict[str, Any]:
             continue  # encrypted by Anthropic: nothing a local model can read
         elif isinstance(block, ToolUseBlock):
             arguments = json.dumps(block.input, ensure_ascii=False)
-            calls.append(
-                {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
-            )
+            calls.append(ToolCall(id=block.id, function=FunctionCall(name=block.name, arguments=arguments)))
         else:
             raise _bad_block(index, position, block.type, "assistant")
-    result: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
-    if reasoning:
-        result["reasoning_content"] = "\n\n".join(reasoning)
-    if calls:
-        result["tool_calls"] = calls
-    return result
+    return Message(
+        "assistant",
+        "".join(texts) or None,
+        tool_calls=tuple(calls),
+        reasoning="\n\n".join(reasoning) if reasoning else None,
+    )
 
 
-def _result_content(block: ToolResultBlock) -> Any:
+def _result_content(block: ToolResultBlock) -> str | tuple[ContentPart, ...]:
     prefix = "Error: " if block.is_error else ""
     if isinstance(block.content, str):
         return prefix + block.content
-    parts = [
-        {"type": "text", "text": b.text} if isinstance(b, TextBlock) else _image_part(b)
-        for b in block.content
-    ]
-    if all(p["type"] == "text" for p in parts):
-        return prefix + "\n\n".join(p["text"] for p in parts)
-    return ([{"type": "text", "text": prefix}] if prefix else []) + parts
+    parts = [TextPart(b.text) if isinstance(b, TextBlock) else _image_part(b) for b in block.content]
+    content = text_or_parts(parts)
+    if isinstance(content, str):
+        return prefix + content
+    return (TextPart(prefix), *content) if prefix else content
 
 
-def _image_part(block: ImageBlock) -> dict[str, Any]:
+def _image_part(block: ImageBlock) -> ImagePart:
     source = block.source
     url = source.url if source.type == "url" else f"data:{source.media_type};base64,{source.data}"
-    return {"type": "image_url", "image_url": {"url": url}}
-
-
-def _openai_tool(name: str, description: str | None, schema: dict[str, Any]) -> dict[str, Any]:
-    function: dict[str, Any] = {"name": name, "parameters": schema}
-    if description:
-        function["description"] = description
-    return {"type": "function", "function": function}
+    return ImagePart(url)
 
 
 def _tool_choice(request: MessagesInput) -> ToolChoice:

@@ -2,10 +2,10 @@
 
 Model names are the server's model ids; `id:latest` and the configured aliases are accepted.
 Options map onto GenerationParams with Ollama's own defaults where the client sets none
-(temperature 0.8, top_k 40, top_p 0.9). Messages become the OpenAI-format dicts the chat
-templates read: base64 `images` become image parts, an assistant's `tool_calls` (arguments
-as objects) get call ids, and a `tool` message is matched to the earliest unanswered call of
-its `tool_name` (Ollama has no call ids).
+(temperature 0.8, top_k 40, top_p 0.9). Messages become the pipeline's `Message`: base64
+`images` become image parts, an assistant's `tool_calls` (arguments as objects) get call ids,
+and a `tool` message is matched to the earliest unanswered call of its `tool_name` (Ollama has
+no call ids).
 """
 
 from __future__ import annotations
@@ -27,9 +27,18 @@ from mlx_server.schemas.ollama import (
     OutputFormatField,
     ThinkField,
 )
+from mlx_server.schemas.openai import FunctionCall, ToolCall
 from mlx_server.services.pipeline.catalog import resolve_model
 from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
-from mlx_server.services.pipeline.request import GenerationRequest, OutputFormat
+from mlx_server.services.pipeline.protocols.openai_request import chat_tools
+from mlx_server.services.pipeline.request import (
+    ContentPart,
+    GenerationRequest,
+    ImagePart,
+    Message,
+    OutputFormat,
+    TextPart,
+)
 from mlx_server.services.pipeline.structured_output import parse_response_format
 
 # Ollama's defaults for a model whose Modelfile sets none.
@@ -110,50 +119,45 @@ def image_url(data: str) -> str:
     return data if data.startswith("data:") else f"data:application/octet-stream;base64,{data}"
 
 
-def _content(text: str, images: list[str] | None) -> str | list[dict[str, Any]]:
+def _content(text: str, images: list[str] | None) -> str | tuple[ContentPart, ...]:
     if not images:
         return text
-    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": image_url(i)}} for i in images]
-    return [*parts, {"type": "text", "text": text}] if text else parts
+    parts = tuple(ImagePart(image_url(i)) for i in images)
+    return (*parts, TextPart(text)) if text else parts
 
 
-def openai_messages(messages: list[OllamaMessage]) -> list[dict[str, Any]]:
-    converted: list[dict[str, Any]] = []
+def chat_messages(messages: list[OllamaMessage]) -> tuple[Message, ...]:
+    converted: list[Message] = []
     unanswered: list[tuple[str, str]] = []  # (call id, tool name), oldest first
     for index, message in enumerate(messages):
         text = message.content or ""
         if message.role == "assistant" and message.tool_calls:
             unanswered = [(f"call_{index}_{n}", c.function.name) for n, c in enumerate(message.tool_calls)]
-            calls = [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(c.function.arguments)},
-                }
+            calls = tuple(
+                ToolCall(
+                    id=call_id, function=FunctionCall(name=name, arguments=json.dumps(c.function.arguments))
+                )
                 for (call_id, name), c in zip(unanswered, message.tool_calls, strict=True)
-            ]
-            converted.append({"role": "assistant", "content": text, "tool_calls": calls})
+            )
+            converted.append(Message("assistant", text, tool_calls=calls))
         elif message.role == "tool":
             answered = next((u for u in unanswered if u[1] == message.tool_name), None)
             answered = answered or (unanswered[0] if unanswered else None)
-            result: dict[str, Any] = {"role": "tool", "content": text}
             if answered is not None:
                 unanswered.remove(answered)
-                result["tool_call_id"] = answered[0]
-            if message.tool_name:
-                result["name"] = message.tool_name
-            converted.append(result)
+            call_id = answered[0] if answered is not None else None
+            converted.append(Message("tool", text, tool_call_id=call_id, name=message.tool_name or None))
         else:
-            converted.append({"role": message.role, "content": _content(text, message.images)})
-    return converted
+            converted.append(Message(message.role, _content(text, message.images)))
+    return tuple(converted)
 
 
 def chat_request(body: OllamaChatRequest, model: str) -> GenerationRequest:
     return GenerationRequest(
         model=model,
         params=generation_params(body.options),
-        messages=openai_messages(body.messages),
-        tools=body.tools or None,
+        messages=chat_messages(body.messages),
+        tools=chat_tools(body.tools),
         output_format=output_format(body.format),
         enable_thinking=thinking(body.think),
     )
@@ -185,8 +189,8 @@ def generate_request(body: OllamaGenerateRequest, model: str) -> GenerationReque
     _check_generate(body)
     if body.raw:
         return GenerationRequest(model=model, params=generation_params(body.options), prompt=body.prompt)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": body.system}] if body.system else []
-    messages.append({"role": "user", "content": _content(body.prompt, body.images)})
+    system = (Message("system", body.system),) if body.system else ()
+    messages = (*system, Message("user", _content(body.prompt, body.images)))
     return GenerationRequest(
         model=model,
         params=generation_params(body.options),

@@ -2,7 +2,7 @@
 
 The conversation is the previous response's (its history, input and output, when
 `previous_response_id` is given) followed by this request's input, all as item dicts; they
-become OpenAI-format chat messages for the chat template: `instructions` as the system
+become the pipeline's chat messages: `instructions` as the system
 message, `function_call`s as the assistant's tool calls, `function_call_output`s as `role:
 tool` messages with the call's id, `reasoning` summaries as the assistant's reasoning.
 """
@@ -15,9 +15,11 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from mlx_server.errors import APIError
+from mlx_server.schemas.openai import FunctionCall, ToolCall
 from mlx_server.schemas.responses import (
     FunctionCallItem,
     FunctionCallOutputItem,
+    FunctionTool,
     InputImage,
     InputItem,
     InputText,
@@ -32,7 +34,17 @@ from mlx_server.schemas.responses import (
 from mlx_server.services.pipeline.engine.params import GenerationParams, SamplingParams
 from mlx_server.services.pipeline.model_defaults import DEFAULTABLE_SAMPLING
 from mlx_server.services.pipeline.protocols.responses_render import new_item_id
-from mlx_server.services.pipeline.request import GenerationRequest, OutputFormat, ToolChoice
+from mlx_server.services.pipeline.request import (
+    ContentPart,
+    GenerationRequest,
+    ImagePart,
+    Message,
+    OutputFormat,
+    TextPart,
+    Tool,
+    ToolChoice,
+    text_or_parts,
+)
 from mlx_server.services.pipeline.structured_output import SCHEMA_PARAM, parse_response_format
 
 Item = dict[str, Any]
@@ -62,8 +74,8 @@ def responses_to_internal(
 ) -> GenerationRequest:
     """The pipeline's request: `history` (the previous response's conversation) then `items`
     (this request's input, from `input_items`)."""
-    system = [{"role": "system", "content": body.instructions}] if body.instructions else []
-    tools = [_chat_tool(tool.model_dump(exclude_none=True)) for tool in body.tools or []] or None
+    system = [Message("system", body.instructions)] if body.instructions else []
+    tools = tuple(_chat_tool(tool) for tool in body.tools or ()) or None
     return GenerationRequest(
         model=model,
         params=GenerationParams(
@@ -71,7 +83,7 @@ def responses_to_internal(
             sampling=SamplingParams(temperature=body.temperature, top_p=body.top_p),
             defaultable=DEFAULTABLE_SAMPLING - body.model_fields_set,
         ),
-        messages=system + _messages(history, items),
+        messages=(*system, *_messages(history, items)),
         tools=tools,
         tool_choice=_tool_choice(body, tools),
         parallel_tool_calls=body.parallel_tool_calls,
@@ -80,8 +92,8 @@ def responses_to_internal(
     )
 
 
-def _messages(history: list[Item], items: list[Item]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
+def _messages(history: list[Item], items: list[Item]) -> list[Message]:
+    messages: list[Message] = []
     calls: set[str] = set()
     for index, item in enumerate(_ITEMS.validate_python([*history, *items])):
         where = f"input[{index - len(history)}]"
@@ -89,10 +101,9 @@ def _messages(history: list[Item], items: list[Item]) -> list[dict[str, Any]]:
             _add_message(messages, item, where)
         elif isinstance(item, FunctionCallItem):
             calls.add(item.call_id)
-            call = {"name": item.name, "arguments": item.arguments}
-            _assistant(messages).setdefault("tool_calls", []).append(
-                {"id": item.call_id, "type": "function", "function": call}
-            )
+            call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
+            turn = _assistant(messages)
+            messages[-1] = replace(turn, tool_calls=(*turn.tool_calls, call))
         elif isinstance(item, FunctionCallOutputItem):
             if item.call_id not in calls:
                 raise APIError(
@@ -102,40 +113,40 @@ def _messages(history: list[Item], items: list[Item]) -> list[dict[str, Any]]:
                     "with previous_response_id.",
                     param=f"{where}.call_id",
                 )
-            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": _output(item, where)})
+            messages.append(Message("tool", _output(item, where), tool_call_id=item.call_id))
         elif isinstance(item, ReasoningItem) and item.summary:
-            _assistant(messages)["reasoning_content"] = "\n\n".join(part.text for part in item.summary)
+            reasoning = "\n\n".join(part.text for part in item.summary)
+            messages[-1] = replace(_assistant(messages), reasoning=reasoning)
     return messages
 
 
-def _assistant(messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant turn being written: reasoning, text and calls of one turn are one message."""
-    if not messages or messages[-1]["role"] != "assistant":
-        messages.append({"role": "assistant", "content": None})
+def _assistant(messages: list[Message]) -> Message:
+    """The assistant turn being written (the last message): reasoning, text and calls of one
+    turn are one message."""
+    if not messages or messages[-1].role != "assistant":
+        messages.append(Message("assistant"))
     return messages[-1]
 
 
-def _add_message(messages: list[dict[str, Any]], item: MessageItem, where: str) -> None:
+def _add_message(messages: list[Message], item: MessageItem, where: str) -> None:
     role = "system" if item.role == "developer" else item.role
     parts = [item.content] if isinstance(item.content, str) else item.content
-    chat_parts = [_chat_part(part, f"{where}.content[{i}]") for i, part in enumerate(parts)]
-    content: Any = chat_parts
-    if all(part["type"] == "text" for part in chat_parts):
-        content = "\n\n".join(part["text"] for part in chat_parts)
+    content = text_or_parts([_chat_part(part, f"{where}.content[{i}]") for i, part in enumerate(parts)])
     if role == "assistant":
         turn = _assistant(messages)
-        turn["content"] = (turn["content"] or "") + content if isinstance(content, str) else content
+        earlier = turn.content if isinstance(turn.content, str) else ""
+        messages[-1] = replace(turn, content=earlier + content if isinstance(content, str) else content)
     else:
-        messages.append({"role": role, "content": content})
+        messages.append(Message(role, content))
 
 
-def _chat_part(part: str | InputText | OutputText | Refusal | InputImage, where: str) -> dict[str, Any]:
+def _chat_part(part: str | InputText | OutputText | Refusal | InputImage, where: str) -> ContentPart:
     if isinstance(part, str):
-        return {"type": "text", "text": part}
+        return TextPart(part)
     if isinstance(part, InputText | OutputText):
-        return {"type": "text", "text": part.text}
+        return TextPart(part.text)
     if isinstance(part, Refusal):
-        return {"type": "text", "text": part.refusal}
+        return TextPart(part.refusal)
     if part.image_url is None:
         raise APIError(
             400,
@@ -143,31 +154,25 @@ def _chat_part(part: str | InputText | OutputText | Refusal | InputImage, where:
             "OpenAI's file store, which a local server does not have.",
             param=f"{where}.image_url",
         )
-    image: dict[str, Any] = {"url": part.image_url}
-    if part.detail is not None:
-        image["detail"] = part.detail
-    return {"type": "image_url", "image_url": image}
+    return ImagePart(part.image_url, part.detail)
 
 
-def _output(item: FunctionCallOutputItem, where: str) -> Any:
+def _output(item: FunctionCallOutputItem, where: str) -> str | tuple[ContentPart, ...]:
     if isinstance(item.output, str):
         return item.output
-    parts = [_chat_part(part, f"{where}.output[{i}]") for i, part in enumerate(item.output)]
-    return "\n\n".join(p["text"] for p in parts) if all(p["type"] == "text" for p in parts) else parts
+    return text_or_parts([_chat_part(part, f"{where}.output[{i}]") for i, part in enumerate(item.output)])
 
 
-def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    function = {key: tool[key] for key in ("name", "description", "parameters") if key in tool}
-    function.setdefault("parameters", {"type": "object", "properties": {}})
-    return {"type": "function", "function": function}
+def _chat_tool(tool: FunctionTool) -> Tool:
+    return Tool(tool.name, tool.description, tool.parameters or {"type": "object", "properties": {}})
 
 
-def _tool_choice(body: ResponseRequest, tools: list[dict[str, Any]] | None) -> ToolChoice:
+def _tool_choice(body: ResponseRequest, tools: tuple[Tool, ...] | None) -> ToolChoice:
     choice = body.tool_choice
     if (choice == "required" or isinstance(choice, NamedFunction)) and not tools:
         raise APIError(400, "tool_choice requires a call, but no tools were given.", param="tool_choice")
     if isinstance(choice, NamedFunction):
-        names = [tool["function"]["name"] for tool in tools or []]
+        names = [tool.name for tool in tools or ()]
         if choice.name not in names:
             raise APIError(
                 400,

@@ -13,6 +13,7 @@ from mlx_server.services.pipeline.chat_turn import ChatTurn
 from mlx_server.services.pipeline.engine.params import CompletionStats, GeneratedText
 from mlx_server.services.pipeline.events import FinishReason, GenerationEvent, Reply
 from mlx_server.services.pipeline.inference import _chat_events
+from mlx_server.services.pipeline.protocols.openai_request import chat_tools
 from mlx_server.services.pipeline.request import ToolChoice
 
 
@@ -33,7 +34,7 @@ def canned_events(
 ) -> list[GenerationEvent]:
     """The events a model writing `text` produces (a Qwen adapter: hermes calls, <think>)."""
     choice = tool_choice if isinstance(tool_choice, ToolChoice) else ToolChoice(tool_choice or "auto")
-    turn = ChatTurn(create_adapter("qwen", tokenizer), prompt="", tools=tools, tool_choice=choice)
+    turn = ChatTurn(create_adapter("qwen", tokenizer), prompt="", tools=chat_tools(tools), tool_choice=choice)
     figures = stats if stats is not None else CompletionStats()
 
     async def run() -> list[GenerationEvent]:

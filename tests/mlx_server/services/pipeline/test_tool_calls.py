@@ -5,25 +5,28 @@ from __future__ import annotations
 import json
 
 from mlx_server.parsers.base import make_tool_call
+from mlx_server.services.pipeline.protocols.openai_request import chat_tools
 from mlx_server.services.pipeline.tool_calls import ToolCallChecker
 from tests.mlx_server.parsers.grammar_support import function_tool
 
-TOOLS = [
-    function_tool(
-        "get_weather",
-        {
-            "city": {"type": "string"},
-            "days": {"type": "integer"},
-            "metric": {"type": "boolean"},
-            "ratio": {"type": "number"},
-            "tags": {"type": "array", "items": {"type": "integer"}},
-            "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
-        },
-        ["city"],
-        closed=False,
-    ),
-    {"type": "function", "function": {"name": "no_params"}},
-]
+TOOLS = chat_tools(
+    [
+        function_tool(
+            "get_weather",
+            {
+                "city": {"type": "string"},
+                "days": {"type": "integer"},
+                "metric": {"type": "boolean"},
+                "ratio": {"type": "number"},
+                "tags": {"type": "array", "items": {"type": "integer"}},
+                "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
+            },
+            ["city"],
+            closed=False,
+        ),
+        {"type": "function", "function": {"name": "no_params"}},
+    ]
+)
 
 
 def _args(checker: ToolCallChecker, name: str, arguments: object) -> object:
@@ -85,7 +88,7 @@ def test_type_names_json_schema_does_not_know_are_read_leniently() -> None:
         "steps": {"type": ["int64", "null"]},
         "unit": {"type": "str", "enum": [{"type": "float"}, "cm"]},
     }
-    tools = [function_tool("scale", properties, closed=False)]
+    tools = chat_tools([function_tool("scale", properties, closed=False)])
     checker = ToolCallChecker(tools, strict=True)
     arguments = {"factor": "1.5", "steps": "3", "unit": "cm"}
     assert _args(checker, "scale", arguments) == {"factor": 1.5, "steps": 3, "unit": "cm"}

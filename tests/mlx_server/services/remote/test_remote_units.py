@@ -11,7 +11,9 @@ from sqlmodel import Session
 
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind
+from mlx_server.schemas.openai import ChatMessage
 from mlx_server.services.pipeline.engine.params import GenerationParams
+from mlx_server.services.pipeline.protocols.openai_request import chat_messages, chat_tools
 from mlx_server.services.pipeline.request import GenerationRequest, ToolChoice
 from mlx_server.services.remote.anthropic_upstream import messages_body
 from mlx_server.services.remote.backends import BackendIn, RuleIn, route_targets, save_backend, save_rule
@@ -81,29 +83,36 @@ def test_an_openai_format_chat_becomes_anthropic_turns() -> None:
     request = GenerationRequest(
         model="any",
         params=GenerationParams(max_tokens=20, stop=["END"]),
-        messages=[
-            {"role": "system", "content": "Be brief."},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": "Weather?"},
-                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                ],
-            },
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
+        messages=chat_messages(
+            [
+                ChatMessage.model_validate(m)
+                for m in [
+                    {"role": "system", "content": "Be brief."},
                     {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-        ],
-        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "Weather?"},
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                        ],
+                    },
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                            }
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+                ]
+            ]
+        ),
+        tools=chat_tools(
+            [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+        ),
         tool_choice=ToolChoice.named("get_weather"),
     )
     body = messages_body(request, "claude-x")

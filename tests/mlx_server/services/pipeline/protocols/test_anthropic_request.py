@@ -67,7 +67,7 @@ def test_tool_use_and_tool_result_keep_their_ids_and_order() -> None:
             },
         ],
     )
-    assert chat.messages == [
+    assert [m.as_openai() for m in chat.messages or ()] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Paris?"},
         {
@@ -85,7 +85,7 @@ def test_tool_use_and_tool_result_keep_their_ids_and_order() -> None:
         {"role": "tool", "tool_call_id": "toolu_01A", "content": "18 °C, sunny"},
         {"role": "user", "content": "And tomorrow?"},
     ]
-    assert chat.tools == [
+    assert [t.as_openai() for t in chat.tools or ()] == [
         {
             "type": "function",
             "function": {
@@ -105,7 +105,7 @@ def test_system_messages_inside_messages_join_the_system_prompt() -> None:
             {"role": "user", "content": "hi"},
         ],
     )
-    assert chat.messages == [
+    assert [m.as_openai() for m in chat.messages or ()] == [
         {"role": "system", "content": "You are a coding agent.\n\nToday is Sunday."},
         {"role": "user", "content": "hi"},
     ]
@@ -132,9 +132,10 @@ def test_error_results_images_and_redacted_thinking() -> None:
             },
         ]
     )
-    assert chat.messages[0] == {"role": "assistant", "content": None}
-    assert chat.messages[1] == {"role": "tool", "tool_call_id": "t1", "content": "Error: file not found"}
-    assert chat.messages[2]["content"] == [
+    messages = [m.as_openai() for m in chat.messages or ()]
+    assert messages[0] == {"role": "assistant", "content": None}
+    assert messages[1] == {"role": "tool", "tool_call_id": "t1", "content": "Error: file not found"}
+    assert messages[2]["content"] == [
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBOR"}}
     ]
 

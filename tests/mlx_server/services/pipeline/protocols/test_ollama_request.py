@@ -9,10 +9,10 @@ import pytest
 from mlx_server.errors import APIError
 from mlx_server.schemas.ollama import OllamaChatRequest, OllamaGenerateRequest, OllamaMessage, OllamaOptions
 from mlx_server.services.pipeline.protocols.ollama_request import (
+    chat_messages,
     chat_request,
     generate_request,
     generation_params,
-    openai_messages,
 )
 
 
@@ -41,7 +41,7 @@ def test_tool_results_answer_the_earliest_call_of_their_tool() -> None:
             {"role": "tool", "tool_name": "get_weather", "content": "sunny"},
         )
     ]
-    converted = openai_messages(messages)
+    converted = [m.as_openai() for m in chat_messages(messages)]
     calls = converted[1]["tool_calls"]
     assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}, {}]
     assert [m["tool_call_id"] for m in converted[2:]] == [calls[1]["id"], calls[0]["id"]]
@@ -55,7 +55,7 @@ def test_images_become_image_parts_before_the_text() -> None:
         "m",
     )
     assert [image.url for image in request.images] == ["data:application/octet-stream;base64,iVBORw0KGgo="]
-    assert request.messages is not None and request.messages[0]["content"][-1] == {
+    assert request.messages is not None and request.messages[0].as_openai()["content"][-1] == {
         "type": "text",
         "text": "What is it?",
     }
@@ -71,7 +71,7 @@ def test_format_and_think_reach_the_request() -> None:
 
 def test_generate_is_a_user_turn_unless_raw() -> None:
     templated = generate_request(OllamaGenerateRequest(model="m", prompt="Hi", system="Be brief."), "m")
-    assert templated.messages == [
+    assert [m.as_openai() for m in templated.messages or ()] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
     ]
