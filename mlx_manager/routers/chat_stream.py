@@ -10,9 +10,9 @@ turn as far as it got. Closing the page does not stop the turn; reopening it re-
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import escape
 from sqlmodel import Session
@@ -23,7 +23,7 @@ from mlx_manager.deps import RowId
 from mlx_manager.records import Conversation
 from mlx_manager.services.chat_images import remove_unreferenced, store_images, vision_model_ids
 from mlx_manager.services.chat_jobs import ChatJob, follow, get_chat_jobs
-from mlx_manager.services.chat_options import ChatOptions, OptionsError
+from mlx_manager.services.chat_options import ChatForm, ChatOptions, OptionsError
 from mlx_manager.services.chat_runner import manual_result, run_turn
 from mlx_manager.services.conversations import (
     ConversationError,
@@ -43,28 +43,26 @@ from mlx_manager.web.templating import wants_fragment
 from mlx_server.facade import get_engine, get_model, remote_model_ids
 
 router = APIRouter(prefix="/chat")
+ComposerForm = Annotated[ChatForm, Form()]
 
 PING_SECONDS = 15
 STOP_SECONDS = 10  # a stopped reply ends within a token; the answer shows it saved
 
 
 @router.post("/send", response_class=HTMLResponse)
-async def send_first(request: Request) -> Response:
+async def send_first(request: Request, form: ComposerForm) -> Response:
     """The first message of a new chat: the conversation is created with it."""
-    form = await request.form()
-    uploads = await _uploads(form)
+    uploads = await _uploads(await request.form())
     with Session(get_engine(), expire_on_commit=False) as session:
         try:
             options, model_id, content = _composer(session, form, uploads)
             images = store_images(uploads)
         except (FormError, OptionsError) as exc:
-            return chat_response(
-                request, session, None, error=str(exc), status=400, draft=_text(form, "content")
-            )
+            return chat_response(request, session, None, error=str(exc), status=400, draft=form.content)
         conversation = create_conversation(
             session,
             model_id=model_id,
-            system_prompt=_text(form, "system_prompt") or None,
+            system_prompt=form.system_prompt or None,
             parameters=options.stored(),
         )
         add_message(session, conversation, "user", content, images=images or None)
@@ -75,21 +73,20 @@ async def send_first(request: Request) -> Response:
 
 
 @router.post("/{conversation_id}/send", response_class=HTMLResponse)
-async def send(request: Request, conversation_id: RowId) -> Response:
-    form = await request.form()
-    uploads = await _uploads(form)
+async def send(request: Request, conversation_id: RowId, form: ComposerForm) -> Response:
+    uploads = await _uploads(await request.form())
 
     def act(session: Session, conversation: Conversation) -> ChatOptions:
         options, model_id, content = _composer(session, form, uploads)
         images = store_images(uploads)
-        system_prompt = _text(form, "system_prompt")
+        system_prompt = form.system_prompt
         update_settings(
             session, conversation, model_id=model_id, system_prompt=system_prompt, parameters=options.stored()
         )
         add_message(session, conversation, "user", content, images=images or None)
         return options
 
-    return _when_idle(request, conversation_id, act, draft=_text(form, "content"))
+    return _when_idle(request, conversation_id, act, draft=form.content)
 
 
 @router.post("/{conversation_id}/regenerate", response_class=HTMLResponse)
@@ -173,11 +170,11 @@ async def events(request: Request, conversation_id: RowId) -> Response:
 
 
 def _composer(
-    session: Session, form: FormData, uploads: list[tuple[str, bytes]]
+    session: Session, form: ChatForm, uploads: list[tuple[str, bytes]]
 ) -> tuple[ChatOptions, str, str]:
     """The composer's options, model and message; FormError says what to fix."""
-    options = options_from_form(form)
-    model_id = _text(form, "model_id")
+    options = form.options()
+    model_id = form.model_id
     record = get_model(session, model_id)
     remote = record is None and model_id in {m for m, _ in remote_model_ids(session)}
     if record is None and not remote:
@@ -186,7 +183,7 @@ def _composer(
         raise FormError(
             f"The model {model_id} reads text only, not images: pick a vision model or remove the images."
         )
-    content = _text(form, "content").strip()
+    content = form.content.strip()
     if not content and not uploads:
         raise FormError("Type a message first.")
     return options, model_id, content
@@ -253,37 +250,3 @@ def _answer(request: Request, session: Session, conversation: Conversation) -> R
 def _text(form: FormData, name: str) -> str:
     value = form.get(name, "")
     return value if isinstance(value, str) else ""
-
-
-def options_from_form(form: FormData) -> ChatOptions:
-    """The parameters panel as ChatOptions; a field that is not a number says so."""
-
-    def number(name: str, kind: type[float] | type[int], default: float) -> Any:
-        text = _text(form, name).strip()
-        if not text:
-            return kind(default)
-        try:
-            return kind(text)
-        except ValueError:
-            raise FormError(
-                f"{name.replace('_', ' ').capitalize()} must be a number, not {text!r}."
-            ) from None
-
-    defaults = ChatOptions()
-    thinking = {"on": True, "off": False}.get(_text(form, "thinking"))
-    seed_text = _text(form, "seed").strip()
-    return ChatOptions.parse(
-        temperature=number("temperature", float, defaults.temperature),
-        top_p=number("top_p", float, defaults.top_p),
-        top_k=number("top_k", int, defaults.top_k),
-        max_tokens=number("max_tokens", int, defaults.max_tokens),
-        stop=[line for line in _text(form, "stop").replace("\r\n", "\n").split("\n") if line],
-        seed=number("seed", int, 0) if seed_text else None,
-        enable_thinking=thinking,
-        builtin_tools=[v for v in form.getlist("builtin_tools") if isinstance(v, str)],
-        tools_json=_text(form, "tools_json"),
-        mcp_servers=[int(v) for v in form.getlist("mcp_servers") if isinstance(v, str) and v.isdigit()],
-        tool_choice=_text(form, "tool_choice") or "auto",
-        agent_mode=_text(form, "agent_mode") or "auto",
-        max_depth=number("max_depth", int, defaults.max_depth),
-    )
