@@ -13,7 +13,6 @@ import asyncio
 import json
 import time
 from contextlib import aclosing
-from typing import Any
 
 from sqlmodel import Session
 
@@ -29,6 +28,7 @@ from mlx_manager.services.conversations import (
     pipeline_messages,
     rewind_to,
     save_message,
+    stored_calls,
 )
 from mlx_manager.services.mcp_tools import McpToolbox, mcp_toolbox
 from mlx_server.facade import (
@@ -38,6 +38,7 @@ from mlx_server.facade import (
     GenerationRequest,
     ReasoningDelta,
     TextDelta,
+    ToolCall,
     ToolCallDone,
     ToolChoice,
     generate_chat_completion,
@@ -92,7 +93,7 @@ async def _agent_loop(
         saved = await _one_reply(session, conversation, round_options, job, toolbox)
         if saved is None or job.stop.is_set() or not saved.tool_calls or depth == options.max_depth:
             return
-        calls = {_call_key(call) for call in saved.tool_calls}
+        calls = {_call_key(call) for call in stored_calls(saved)}
         if calls <= answered and not answer_now:
             # It asks again for results it already has (small models loop): that reply is
             # dropped and the model answers with what it has.
@@ -121,13 +122,13 @@ async def _loaded(job: ChatJob, model_id: str) -> bool:
     return True
 
 
-def _call_key(call: dict[str, Any]) -> tuple[str, str]:
-    function = call["function"]
+def _call_key(call: ToolCall) -> tuple[str, str]:
+    function = call.function
     try:
-        arguments = json.dumps(json.loads(function["arguments"] or "{}"), sort_keys=True)
+        arguments = json.dumps(json.loads(function.arguments or "{}"), sort_keys=True)
     except ValueError:
-        arguments = function["arguments"]
-    return function["name"], arguments
+        arguments = function.arguments
+    return function.name, arguments
 
 
 async def _one_reply(
@@ -257,9 +258,9 @@ async def _run_tools(
 ) -> None:
     """Built-in and MCP tools run here in auto mode; every other call waits for a typed result."""
     answered = {m.tool_call_id for m in messages_of(session, conversation.id or 0) if m.role == "tool"}
-    for call in message.tool_calls or []:
-        name, arguments = call["function"]["name"], call["function"]["arguments"]
-        if call["id"] in answered:
+    for call in stored_calls(message):
+        name, arguments = call.function.name, call.function.arguments
+        if call.id in answered:
             continue
         if options.agent_mode == "auto" and toolbox.has(name):
             job.say(f"Calling {name} on its MCP server…")
@@ -268,7 +269,7 @@ async def _run_tools(
             result = execute_tool(name, arguments)
         else:
             continue
-        job.add(add_message(session, conversation, "tool", result.content, tool_call_id=call["id"]))
+        job.add(add_message(session, conversation, "tool", result.content, tool_call_id=call.id))
 
 
 def manual_result(conversation_id: int, tool_call_id: str, content: str) -> ConversationMessage:
@@ -277,7 +278,7 @@ def manual_result(conversation_id: int, tool_call_id: str, content: str) -> Conv
         conversation = session.get(Conversation, conversation_id)
         if conversation is None:
             raise ValueError("There is no such conversation.")
-        pending = {c["id"] for c in pending_tool_calls(messages_of(session, conversation_id))}
+        pending = {call.id for call in pending_tool_calls(messages_of(session, conversation_id))}
         if tool_call_id not in pending:
             raise ValueError(f"No call {tool_call_id!r} is waiting for a result.")
         return add_message(session, conversation, "tool", content, tool_call_id=tool_call_id)

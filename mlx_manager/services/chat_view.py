@@ -59,7 +59,7 @@ def thread_context(session: Session, conversation: Conversation) -> dict[str, An
         "conversation": conversation,
         "messages": [m for m in stored if m.role != "tool" and m.id not in in_turn],
         "results": results_by_call(stored),
-        "pending_ids": [c["id"] for c in pending_tool_calls(stored)],
+        "pending_ids": [call.id for call in pending_tool_calls(stored)],
         "busy": running is not None,
         "voice": VoiceModels.of(session),
         "notice": job.error if job is not None and job.finished else None,

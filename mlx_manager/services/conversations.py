@@ -183,11 +183,7 @@ def _pipeline_message(message: ConversationMessage) -> Message:
         return Message("tool", content, tool_call_id=message.tool_call_id)
     if message.role != "assistant":
         return Message("system" if message.role == "system" else "user", content)
-    # Without the playground's own marks ("rejected": the card's reason).
-    calls = tuple(
-        ToolCall.model_validate({k: v for k, v in call.items() if k != "rejected"})
-        for call in message.tool_calls or ()
-    )
+    calls = tuple(stored_calls(message))
     return Message(
         "assistant",
         (message.content or None) if calls else content,
@@ -208,14 +204,23 @@ def _with_images(message: ConversationMessage) -> tuple[TextPart | ImagePart, ..
     return (*parts, TextPart(message.content))
 
 
-def pending_tool_calls(messages: list[ConversationMessage]) -> list[dict[str, Any]]:
+def stored_calls(message: ConversationMessage) -> list[ToolCall]:
+    """The message's tool calls as ToolCall objects (its row keeps them as JSON, with the
+    playground's own mark: "rejected", the card's reason)."""
+    return [
+        ToolCall.model_validate({k: v for k, v in call.items() if k != "rejected"})
+        for call in message.tool_calls or ()
+    ]
+
+
+def pending_tool_calls(messages: list[ConversationMessage]) -> list[ToolCall]:
     """Calls of the last assistant message that have no result yet (manual mode)."""
     answered = set()
     for message in reversed(messages):
         if message.role == "tool":
             answered.add(message.tool_call_id)
         elif message.role == "assistant":
-            return [c for c in message.tool_calls or [] if c["id"] not in answered]
+            return [call for call in stored_calls(message) if call.id not in answered]
         else:
             return []
     return []
