@@ -195,7 +195,7 @@ async def pull(body: OllamaPullRequest, request: Request) -> Response:
         async for update in updates:
             last = update
         if last.status != "completed":
-            raise APIError(500, ollama_render.pull_lines(last, repo_id)[0].get("error", "failed"))
+            raise APIError(500, str(ollama_render.pull_lines(last, repo_id)[0].get("error", "failed")))
         return JSONResponse({"status": "success"})
 
     async def lines() -> AsyncIterator[dict[str, Any]]:

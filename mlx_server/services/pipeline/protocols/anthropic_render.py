@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
 
 from mlx_server.schemas.openai import ToolCall
 from mlx_server.services.pipeline.events import (
@@ -21,7 +20,7 @@ from mlx_server.services.pipeline.events import (
     Usage,
 )
 
-Event = tuple[str, dict[str, Any]]
+Event = tuple[str, dict[str, object]]
 
 
 def new_message_id() -> str:
@@ -50,14 +49,14 @@ def usage(figures: Usage | None) -> dict[str, int]:
     }
 
 
-def _tool_input(call: ToolCall) -> dict[str, Any]:
+def _tool_input(call: ToolCall) -> dict[str, object]:
     value = json.loads(call.function.arguments or "{}")
     return value if isinstance(value, dict) else {"value": value}
 
 
-def message(model: str, reply: Reply) -> dict[str, Any]:
+def message(model: str, reply: Reply) -> dict[str, object]:
     """The non-streamed Messages response."""
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, object]] = []
     if reply.reasoning_content:
         content.append({"type": "thinking", "thinking": reply.reasoning_content, "signature": ""})
     if reply.content:
@@ -67,7 +66,7 @@ def message(model: str, reply: Reply) -> dict[str, Any]:
             {"type": "tool_use", "id": call.id, "name": call.function.name, "input": _tool_input(call)}
         )
     stop_reason, stop_sequence = stop_reason_of(reply.finish)
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "id": new_message_id(),
         "type": "message",
         "role": "assistant",
@@ -86,7 +85,7 @@ async def events(
     stream: AsyncIterable[GenerationEvent], model: str, prompt_tokens: int
 ) -> AsyncIterator[Event]:
     """The Messages event stream; `prompt_tokens` is known before the first event."""
-    start: dict[str, Any] = {
+    start: dict[str, object] = {
         "id": new_message_id(),
         "type": "message",
         "role": "assistant",
@@ -116,7 +115,7 @@ async def events(
         yield block_event
     stop_reason, stop_sequence = stop_reason_of(finish)
     delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-    message_delta: dict[str, Any] = {"type": "message_delta", "delta": delta, "usage": usage(figures)}
+    message_delta: dict[str, object] = {"type": "message_delta", "delta": delta, "usage": usage(figures)}
     if notices:  # as the whole message's `warnings` (not Anthropic's; SDKs ignore it)
         message_delta["warnings"] = notices
     yield "message_delta", message_delta
@@ -149,7 +148,7 @@ class _Blocks:
             if kind == "text" and not text.strip():
                 self.held_space += text
                 return []
-            block = (
+            block: dict[str, object] = (
                 {"type": "thinking", "thinking": "", "signature": ""}
                 if kind == "thinking"
                 else {"type": "text", "text": ""}
@@ -160,7 +159,7 @@ class _Blocks:
         events.append(self._delta({"type": key, key.removesuffix("_delta"): text}))
         return events
 
-    def _start(self, kind: str, block: dict[str, Any]) -> list[Event]:
+    def _start(self, kind: str, block: dict[str, object]) -> list[Event]:
         events = self.close()
         self.index += 1
         self.open = kind
@@ -168,7 +167,7 @@ class _Blocks:
         events.append(("content_block_start", start))
         return events
 
-    def _delta(self, delta: dict[str, Any]) -> Event:
+    def _delta(self, delta: dict[str, object]) -> Event:
         return "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta}
 
     def close(self) -> list[Event]:

@@ -71,12 +71,12 @@ def done_reason(finish: Finish | None) -> str:
     return "length" if finish is not None and finish.reason == "length" else "stop"
 
 
-def tool_call(call: ToolCall) -> dict[str, Any]:
+def tool_call(call: ToolCall) -> dict[str, object]:
     arguments = json.loads(call.function.arguments or "{}")
     return {"function": {"name": call.function.name, "arguments": arguments}}
 
 
-def _piece(kind: Kind, model: str, text: str = "", **extra: Any) -> dict[str, Any]:
+def _piece(kind: Kind, model: str, text: str = "", **extra: Any) -> dict[str, object]:
     """One object of a reply: the text under the kind's key, `thinking` or calls beside it."""
     if kind == "chat":
         return {
@@ -89,9 +89,9 @@ def _piece(kind: Kind, model: str, text: str = "", **extra: Any) -> dict[str, An
 
 def reply(
     kind: Kind, model: str, whole: Reply, clock: RequestClock, stats: CompletionStats
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The non-streamed response."""
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if whole.reasoning_content:
         extra["thinking"] = whole.reasoning_content
     if whole.tool_calls and kind == "chat":
@@ -109,7 +109,7 @@ async def chunks(
     model: str,
     clock: RequestClock,
     stats: CompletionStats,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[dict[str, object]]:
     """The NDJSON objects of a streamed reply, the figures in the last."""
     finish: Finish | None = None
     notices: list[str] = []
@@ -132,14 +132,14 @@ async def chunks(
     yield last
 
 
-def loaded(kind: Kind, model: str, reason: Literal["load", "unload"]) -> dict[str, Any]:
+def loaded(kind: Kind, model: str, reason: Literal["load", "unload"]) -> dict[str, object]:
     """The answer to a request with nothing to generate (Ollama's way to load or unload)."""
     return {**_piece(kind, model), "done": True, "done_reason": reason}
 
 
 def embeddings(
     model: str, vectors: list[list[float]], prompt_tokens: int, clock: RequestClock
-) -> dict[str, Any]:
+) -> dict[str, object]:
     now = time.perf_counter()
     return {
         "model": model,
@@ -155,17 +155,21 @@ def pull_digest(repo_id: str) -> str:
     return "sha256:" + hashlib.sha256(repo_id.encode()).hexdigest()
 
 
-def pull_lines(progress: PullProgress, repo_id: str) -> list[dict[str, Any]]:
+def pull_lines(progress: PullProgress, repo_id: str) -> list[dict[str, object]]:
     """The objects one download update becomes, as Ollama's /api/pull streams them: the layer's
     bytes while it runs; digest check, manifest and success once the model is registered; an
     error object when the download failed or was cancelled."""
     if progress.error is not None or progress.status in ("failed", "cancelled"):
         return [{"error": progress.error or f"The download of {repo_id} was {progress.status}."}]
     digest = pull_digest(repo_id)
-    layer: dict[str, Any] = {"status": f"pulling {digest[7:19]}", "digest": digest}
+    layer: dict[str, object] = {"status": f"pulling {digest[7:19]}", "digest": digest}
     if progress.bytes_total is not None:
         layer.update(total=progress.bytes_total, completed=progress.bytes_done)
     if progress.status != "completed":
         return [layer]
-    done = [{"status": "verifying sha256 digest"}, {"status": "writing manifest"}, {"status": "success"}]
+    done: list[dict[str, object]] = [
+        {"status": "verifying sha256 digest"},
+        {"status": "writing manifest"},
+        {"status": "success"},
+    ]
     return [layer, *done] if progress.bytes_total else done  # the layer at 100 %, unless none ran

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from typing import Any
 
 from mlx_server.services.pipeline.events import (
     Finish,
@@ -26,10 +25,10 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(figures: Usage | None) -> dict[str, Any]:
+def usage(figures: Usage | None) -> dict[str, object]:
     prompt = figures.prompt_tokens if figures else 0
     completion = figures.completion_tokens if figures else 0
-    shape: dict[str, Any] = {
+    shape: dict[str, object] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
@@ -44,11 +43,11 @@ def usage(figures: Usage | None) -> dict[str, Any]:
     return shape
 
 
-def _token_entry(token: str, logprob: float) -> dict[str, Any]:
+def _token_entry(token: str, logprob: float) -> dict[str, object]:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
 
-def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
+def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, object]:
     return {
         "content": [
             {**_token_entry(e.token, e.logprob), "top_logprobs": [_token_entry(t, lp) for t, lp in e.top]}
@@ -57,7 +56,7 @@ def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, Any]:
     }
 
 
-def completion_logprobs(entries: Sequence[TokenLogprob], text_offset: int) -> dict[str, Any]:
+def completion_logprobs(entries: Sequence[TokenLogprob], text_offset: int) -> dict[str, object]:
     """The legacy completions shape: parallel lists, top alternatives as {token: logprob}."""
     offsets = []
     for entry in entries:
@@ -81,16 +80,16 @@ class ChunkFactory:
         self.model = model
         self.include_usage = include_usage
 
-    def chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
+    def chunk(self, choice: dict[str, object]) -> dict[str, object]:
         body = self._envelope([{"index": 0, **choice}])
         if self.include_usage:
             body["usage"] = None
         return body
 
-    def usage_chunk(self, figures: Usage) -> dict[str, Any]:
+    def usage_chunk(self, figures: Usage) -> dict[str, object]:
         return {**self._envelope([]), "usage": usage(figures)}
 
-    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    def _envelope(self, choices: list[dict[str, object]]) -> dict[str, object]:
         return {
             "id": self.id,
             "object": self.object,
@@ -100,11 +99,11 @@ class ChunkFactory:
         }
 
 
-def _delta(delta: dict[str, Any], logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+def _delta(delta: dict[str, object], logprobs: dict[str, object] | None = None) -> dict[str, object]:
     return {"delta": delta, "logprobs": logprobs, "finish_reason": None}
 
 
-def _chat_choice(event: GenerationEvent) -> dict[str, Any] | None:
+def _chat_choice(event: GenerationEvent) -> dict[str, object] | None:
     """The chunk choice one event becomes, if any (a tool call streams its id, type and name
     first, then its arguments, as OpenAI does)."""
     match event:
@@ -129,7 +128,7 @@ def _chat_choice(event: GenerationEvent) -> dict[str, Any] | None:
 
 async def chat_chunks(
     events: AsyncIterable[GenerationEvent], model: str, *, include_usage: bool
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[dict[str, object]]:
     """`chat.completion.chunk`s: the assistant role first, one chunk per event, the finish
     reason in its own chunk, and the usage chunk (`choices: []`) last when asked for."""
     chunks = ChunkFactory(model, chat=True, include_usage=include_usage)
@@ -150,7 +149,7 @@ async def chat_chunks(
 
 async def text_chunks(
     events: AsyncIterable[GenerationEvent], model: str, *, include_usage: bool, logprobs: bool
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[dict[str, object]]:
     """Legacy `text_completion` chunks; logprob offsets count from the start of the echoed prompt."""
     chunks = ChunkFactory(model, chat=False, include_usage=include_usage)
     offset = 0
@@ -165,8 +164,8 @@ async def text_chunks(
             yield chunks.usage_chunk(event)
 
 
-def chat_message(reply: Reply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+def chat_message(reply: Reply) -> dict[str, object]:
+    message: dict[str, object] = {"role": "assistant", "content": reply.content}
     if reply.reasoning_content is not None:
         message["reasoning_content"] = reply.reasoning_content
     if reply.tool_calls:
@@ -174,8 +173,8 @@ def chat_message(reply: Reply) -> dict[str, Any]:
     return message
 
 
-def chat_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def chat_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, object]:
+    body: dict[str, object] = {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
         "created": int(time.time()),
@@ -195,7 +194,7 @@ def chat_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, An
     return body
 
 
-def text_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, Any]:
+def text_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, object]:
     entries = completion_logprobs(reply.logprobs, reply.logprobs_offset or 0) if logprobs else None
     choice = {
         "index": 0,

@@ -2,9 +2,9 @@
 
 The conversation is the previous response's (its history, input and output, when
 `previous_response_id` is given) followed by this request's input, all as item dicts; they
-become the pipeline's chat messages: `instructions` as the system
-message, `function_call`s as the assistant's tool calls, `function_call_output`s as `role:
-tool` messages with the call's id, `reasoning` summaries as the assistant's reasoning.
+become the pipeline's `Message`s: `instructions` as the system message, `function_call`s as
+the assistant's tool calls, `function_call_output`s as `role: tool` messages with the call's
+id, `reasoning` summaries as the assistant's reasoning.
 """
 
 from __future__ import annotations
