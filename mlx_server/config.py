@@ -13,6 +13,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_HOME = Path("~/.mlx-manager")
 
 
+# The most drafted tokens a prompt-lookup step may verify (settings, requests, model defaults).
+MAX_PROMPT_LOOKUP_TOKENS = 32
+
+
 class MLXServerSettings(BaseSettings):
     # A `.env` file in the working directory is read too; the environment wins over it.
     model_config = SettingsConfigDict(
@@ -56,6 +60,10 @@ class MLXServerSettings(BaseSettings):
     # Speculative decoding (a model with a draft model): tokens the draft proposes per step of
     # the target model (mlx-lm's speculative_generate_step default).
     num_draft_tokens: int = Field(default=2, ge=1, le=16)
+    # Prompt lookup (services/pipeline/engine/prompt_lookup.py): a generation alone on its model
+    # proposes up to this many tokens per step copied from its prompt and reply, checked in one
+    # pass; 0 turns it off. A request's `prompt_lookup` or the model's default overrides it.
+    prompt_lookup_tokens: int = Field(default=8, ge=0, le=MAX_PROMPT_LOOKUP_TOKENS)
     # A model with kv_bits set keeps its KV cache in full precision for this many tokens, then
     # quantizes it (mlx-lm's default: short contexts keep their precision; 0 quantizes at once).
     quantized_kv_start: int = Field(default=5000, ge=0)

@@ -5,7 +5,8 @@ and no chart library in the page.
 A span (the last 5, 15 or 60 minutes) is cut into at most MAX_COLUMNS columns, never narrower
 than the sampling interval; each column's figure is its samples' tokens over their seconds for
 rates, the largest value for levels (a queue that lasted one sample still shows), and the
-cached share of its prompt tokens for the hit rate (no prompt: no point, a gap in the line).
+cached share of its prompt tokens for the hit rate (no prompt: no point, a gap in the line), the
+drafted share of its generated tokens likewise.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def _level(value: Callable[[EngineSample], int]) -> Figure:
 def _hit_rate(samples: Sequence[EngineSample]) -> float | None:
     prompt = sum(s.prompt_tokens for s in samples)
     return 100 * sum(s.cached_prompt_tokens for s in samples) / prompt if prompt else None
+
+
+def _drafted(samples: Sequence[EngineSample]) -> float | None:
+    generated = sum(s.generated_tokens for s in samples)
+    return 100 * sum(s.drafted_tokens for s in samples) / generated if generated else None
 
 
 def _tokens_per_s(value: float) -> str:
@@ -96,6 +102,15 @@ METRICS = (
         "Prompt-cache hit rate",
         "share of prompt tokens served from the prompt cache",
         (("hit rate", _hit_rate),),
+        lambda v: f"{v:.0f} %",
+        1.0,
+        fixed_top=100.0,
+    ),
+    Metric(
+        "drafts",
+        "Tokens from drafts",
+        "share of generated tokens proposed by prompt lookup or a draft model and kept",
+        (("from drafts", _drafted),),
         lambda v: f"{v:.0f} %",
         1.0,
         fixed_top=100.0,

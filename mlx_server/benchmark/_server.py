@@ -30,10 +30,15 @@ class Run:
     ttft_s: float
     shown_tps: float | None = None  # what the playground displays (its stats event)
     text: str = ""  # the reply (stream_chat), for conversations that go on
+    accepted: int = 0  # tokens that came from drafts (usage's accepted_prediction_tokens)
 
 
 def stream_chat(
-    url: str, messages: list[dict[str, Any]], max_tokens: int, model: str = DEFAULT_MODEL_ID
+    url: str,
+    messages: list[dict[str, Any]],
+    max_tokens: int,
+    model: str = DEFAULT_MODEL_ID,
+    extra: dict[str, Any] | None = None,
 ) -> Run:
     """A greedy streamed /v1/chat/completions, timed on the client (SSE parsing included).
 
@@ -48,12 +53,13 @@ def stream_chat(
         "max_tokens": max_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
     address = urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port, timeout=600)
     started = time.perf_counter()
     first = last = 0.0
-    tokens = 0
+    tokens = accepted = 0
     text: list[str] = []
     try:
         connection.request(
@@ -68,6 +74,8 @@ def stream_chat(
             chunk = json.loads(line[6:])
             if chunk.get("usage"):
                 tokens = chunk["usage"]["completion_tokens"]
+                details = chunk["usage"].get("completion_tokens_details") or {}
+                accepted = details.get("accepted_prediction_tokens") or 0
             elif chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 last = time.perf_counter()
                 first = first or last
@@ -75,7 +83,7 @@ def stream_chat(
     finally:
         connection.close()
     tps = (tokens - 1) / (last - first) if last > first else 0.0
-    return Run(tokens, tps, first - started, text="".join(text))
+    return Run(tokens, tps, first - started, text="".join(text), accepted=accepted)
 
 
 def alternate(runs: int, **paths: Callable[[], Run]) -> dict[str, list[Run]]:

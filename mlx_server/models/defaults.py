@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mlx_server.config import MAX_PROMPT_LOOKUP_TOKENS
+
 MAX_CONTEXT_LENGTH = 1 << 24
 MAX_SYSTEM_PROMPT_CHARS = 100_000
 # Stop strings a model may keep as its default (Ollama's Modelfiles set a few: "<|im_end|>", ...).
@@ -57,6 +59,13 @@ class ModelDefaults(BaseModel):
         ge=1,
         le=MAX_BEAM_SIZE,
         description="Speech to text: beams of Whisper's beam search at temperature 0 (1: greedy)",
+    )
+
+    prompt_lookup: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PROMPT_LOOKUP_TOKENS,
+        description="Text: prompt lookup's drafted tokens per step (0: off)",
     )
 
     @field_validator("stop", mode="before")

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from mlx_server.config import MAX_PROMPT_LOOKUP_TOKENS
 from mlx_server.schemas.limits import (
     MAX_ID_CHARS,
     MAX_MESSAGES,
@@ -78,6 +79,20 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class Prediction(BaseModel):
+    """OpenAI's Predicted Outputs: text the reply is expected to repeat (a file being edited);
+    here it joins the prompt as a source of prompt lookup's drafts."""
+
+    type: Literal["content"]
+    content: str | list[dict[str, Any]]  # bounded by the body's size, like message content
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(str(part.get("text", "")) for part in self.content if part.get("type") == "text")
+
+
 class SamplingFields(TextOnly):
     """Sampling parameters shared by chat and legacy completions.
 
@@ -105,6 +120,8 @@ class SamplingFields(TextOnly):
     user: str | None = Field(default=None, max_length=MAX_USER_CHARS)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # Ours: prompt lookup's drafted tokens per step (0 turns it off; None: the model's default).
+    prompt_lookup: int | None = Field(default=None, ge=0, le=MAX_PROMPT_LOOKUP_TOKENS)
 
     @field_validator("logit_bias")
     @classmethod
@@ -154,6 +171,7 @@ class ChatCompletionRequest(SamplingFields, ThinkingSwitch):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
     response_format: dict[str, Any] | None = None
+    prediction: Prediction | None = None
 
     @field_validator("tools")
     @classmethod

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 @dataclass
 class EngineCounters:
     generated_tokens: int = 0  # tokens decoded
+    drafted_tokens: int = 0  # of which a draft proposed (prompt lookup or a draft model)
     prompts: int = 0  # generations that reached their first token
     prompt_tokens: int = 0  # the prompt tokens of those generations
     cached_prompt_tokens: int = 0  # of which the prompt cache held the KV state (not prefilled)

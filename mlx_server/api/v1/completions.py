@@ -42,6 +42,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         stop=body.stop_list,
         sampling=sampling_params(body),
         top_logprobs=body.logprobs,
+        prompt_lookup=body.prompt_lookup,
         defaultable=left_out(body),
     )
     prompt = _single_prompt(body)

@@ -1,10 +1,11 @@
 """The engine's figures over the last hour, for the Server page's charts.
 
 A scheduled job (`server_services()` starts it with the scheduler) takes one `EngineSample`
-every MLX_SERVER_ENGINE_SAMPLE_SECONDS: the tokens decoded and prefilled since the previous
-sample (the differences of utils/engine_counters.py), the prompt tokens the prompt cache served,
-and what is true right now: the generations admitted (the queue depth `/metrics` reports), the
-sequences the batches are decoding or prefilling, MLX's active memory and the pool's. Samples
+every MLX_SERVER_ENGINE_SAMPLE_SECONDS: the tokens decoded (and how many came from drafts) and
+prefilled since the previous sample (the differences of utils/engine_counters.py), the prompt
+tokens the prompt cache served, and what is true right now: the generations admitted (the queue
+depth `/metrics` reports), the sequences the batches are decoding or prefilling, MLX's active
+memory and the pool's. Samples
 live in a ring bounded to an hour, in memory only: a sample is a handful of integers, an hour
 of them at the default two seconds is 1 800. Taking one reads counters and the pool, on the
 event loop (where the counters are written), and costs nothing on the token path.
@@ -36,6 +37,7 @@ class EngineSample:
     at: float
     seconds: float
     generated_tokens: int
+    drafted_tokens: int  # of the generated, those a draft proposed (prompt lookup, a draft model)
     prefilled_tokens: int  # prompt tokens computed (not served by the prompt cache)
     prompt_tokens: int  # prompt tokens of the generations that started (cached included)
     cached_prompt_tokens: int
@@ -81,6 +83,7 @@ class EngineSampler:
             at=time.time(),
             seconds=seconds,
             generated_tokens=current.generated_tokens - last.generated_tokens,
+            drafted_tokens=current.drafted_tokens - last.drafted_tokens,
             prefilled_tokens=prompt_tokens - cached,
             prompt_tokens=prompt_tokens,
             cached_prompt_tokens=cached,

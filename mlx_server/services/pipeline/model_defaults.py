@@ -29,12 +29,19 @@ def with_model_defaults(request: GenerationRequest, defaults: ModelDefaults) -> 
     }
     changes: dict[str, Any] = {}
     stop = params.stop or list(defaults.stop or ())
-    if sampling or (params.max_tokens is None and defaults.max_tokens is not None) or stop != params.stop:
+    lookup = params.prompt_lookup if params.prompt_lookup is not None else defaults.prompt_lookup
+    if (
+        sampling
+        or (params.max_tokens is None and defaults.max_tokens is not None)
+        or stop != params.stop
+        or lookup != params.prompt_lookup
+    ):
         changes["params"] = replace(
             params,
             sampling=replace(params.sampling, **sampling),
             max_tokens=params.max_tokens if params.max_tokens is not None else defaults.max_tokens,
             stop=stop,
+            prompt_lookup=lookup,
         )
     messages = request.messages
     if messages is not None and defaults.system_prompt and not _has_system(messages):

@@ -56,7 +56,7 @@ def test_the_model_page_sets_a_draft_and_kv_bits_and_shows_them_loaded(
         reply = session.exec(select(ConversationMessage).where(ConversationMessage.role == "assistant")).one()
     assert reply.stats is not None and 0 <= reply.stats["draft_acceptance_rate"] <= 1
     assert (
-        f"{reply.stats['draft_acceptance_rate'] * 100:.0f} % from the draft"
+        f"{reply.stats['draft_acceptance_rate'] * 100:.0f} % drafted"
         in page.get(sent.headers["location"]).text
     )
 

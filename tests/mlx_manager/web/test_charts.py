@@ -10,12 +10,13 @@ T0 = 1_000_000.0
 
 
 def _sample(
-    at: float, *, generated: int = 0, prompt: int = 0, cached: int = 0, memory: int = 0
+    at: float, *, generated: int = 0, drafted: int = 0, prompt: int = 0, cached: int = 0, memory: int = 0
 ) -> EngineSample:
     return EngineSample(
         at=at,
         seconds=2.0,
         generated_tokens=generated,
+        drafted_tokens=drafted,
         prefilled_tokens=prompt - cached,
         prompt_tokens=prompt,
         cached_prompt_tokens=cached,
@@ -51,5 +52,12 @@ def test_hit_rate_has_no_point_without_a_prompt_and_memory_tops_at_round_gib() -
 
 def test_no_samples_draw_empty_charts() -> None:
     charts = engine_charts([], 60, 2.0)
-    assert [chart.series for chart in charts] == [[]] * 6
+    assert [chart.series for chart in charts] == [[]] * 7
     assert {chart.now_label for chart in charts} == {"–"}
+
+
+def test_the_drafted_share_of_generated_tokens() -> None:
+    samples = [_sample(T0 + 2 * i, generated=20, drafted=15) for i in range(3)]
+    samples.append(_sample(T0 + 6, generated=40, drafted=10))
+    drafts = next(chart for chart in engine_charts(samples, 5, 2.0) if chart.key == "drafts")
+    assert (drafts.now_label, drafts.top_label) == ("25 %", "100 %")

@@ -89,7 +89,7 @@ def _pool_entry(server: TestClient) -> dict[str, Any]:
 
 def test_a_draft_keeps_the_greedy_output_and_reports_its_share(server: TestClient) -> None:
     sdk = openai.OpenAI(base_url="http://testserver/v1", api_key="x", http_client=server, max_retries=0)
-    plain = _ask(sdk)
+    plain = _ask(sdk, extra_body={"prompt_lookup": 0})  # no draft of any kind
     reference = plain.choices[0].message.content
     assert "Paris" in reference and plain.usage.completion_tokens_details is None
     constrained = _ask(sdk, response_format=CITY).choices[0].message.content

@@ -28,6 +28,7 @@ from mlx_server.services.pipeline.engine.params import CompletionStats, Generate
 from mlx_server.services.pipeline.engine.sampling import sampling_for
 from mlx_server.services.pipeline.engine.sequence import BatchedSequence
 from mlx_server.services.pipeline.engine.speculative import (
+    Tokens,
     drafts_for,
     kv_quantization,
     speculative_token_stream,
@@ -80,8 +81,8 @@ def _token_stream(
     constraint: GrammarProcessor | None,
     vision: VisionInputs | None,
     stats: CompletionStats,
-) -> tuple[Generator[tuple[int, mx.array], None, None], list[Any] | None, int]:
-    """(token, logprobs) pairs from mlx-lm's loop (text models, with the prompt cache: the cache
+) -> tuple[Tokens, list[Any] | None, int]:
+    """(token, logprobs, drafted) triples from mlx-lm's loop (text models, with the prompt cache: the cache
     and the tokens it reused) or mlx-vlm's (vision models: images, no prompt cache)."""
     sampler, processors = sampling_for(params.sampling, constraint)
     if loaded.model_type is ModelType.VISION:
@@ -89,9 +90,9 @@ def _token_stream(
         steps = vision_token_steps(
             loaded, inputs, max_tokens=max_tokens, sampler=sampler, logits_processors=processors
         )
-        return steps, None, 0
+        return _undrafted(steps), None, 0
     if drafts_for(loaded):  # speculative decoding with the model's draft (speculative.py)
-        return speculative_token_stream(loaded, prompt, max_tokens, sampler, processors, figures=stats)
+        return speculative_token_stream(loaded, prompt, max_tokens, sampler, processors)
     cache, reused = loaded.prompt_cache.take(loaded.model, prompt)
     tokens = generate_step(
         mx.array(prompt[reused:]),
@@ -102,7 +103,16 @@ def _token_stream(
         prompt_cache=cache,
         **kv_quantization(loaded),  # the model's kv_bits, if set (speculative.py)
     )
-    return tokens, cache, reused
+    return _undrafted(tokens), cache, reused
+
+
+def _undrafted(tokens: Generator[tuple[int, mx.array], None, None]) -> Tokens:
+    """A loop's tokens, none of them drafted (the speculative stream's shape)."""
+    try:
+        for token, logprobs in tokens:
+            yield token, logprobs, None
+    finally:
+        tokens.close()
 
 
 def _steps(
@@ -121,9 +131,9 @@ def _steps(
     fed = list(prompt)  # what the cache has seen (or will have): the prompt, then each token
     failed = False
     try:
-        for token, logprobs in tokens:
+        for token, logprobs, drafted in tokens:
             fed.append(token)
-            yield from decoder.decode(token, logprobs)
+            yield from decoder.decode(token, logprobs, drafted)
             if decoder.finished:
                 return
         yield decoder.finish("length")  # the loop ran out of tokens first
@@ -144,6 +154,16 @@ def runs_solo(loaded: LoadedModel, vision: VisionInputs | None, max_tokens: int)
     if loaded.model_type is ModelType.VISION or vision is not None or max_tokens < 1:
         return True
     return uses_generation_options(loaded) or not can_batch(loaded)
+
+
+def _count_draft(loaded: LoadedModel, stats: CompletionStats, drafted: bool) -> None:
+    """A token of a speculating generation reached the client: counted for its usage, its
+    model's totals and the Server page (drafted or the model's own)."""
+    stats.speculative_tokens += 1
+    loaded.speculative_tokens += 1
+    stats.draft_tokens += drafted
+    loaded.draft_tokens += drafted
+    engine_counters.drafted_tokens += drafted
 
 
 async def generate_text(
@@ -182,6 +202,8 @@ async def generate_text(
             if step.finish_reason is None:  # a generated token (the end-of-turn token is not counted)
                 stats.completion_tokens += 1
                 engine_counters.generated_tokens += 1  # the Server page's charts
+                if step.drafted is not None:
+                    _count_draft(loaded, stats, step.drafted)
             text = stop_filter.feed(step.text)
             logprobs = [step.logprob] if step.logprob is not None else []
             if stop_filter.stopped:

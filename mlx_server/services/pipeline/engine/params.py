@@ -46,6 +46,11 @@ class GenerationParams:
     # max_tokens as an upper bound (Anthropic clients must send one and send their cloud
     # model's maximum): beyond the context it is lowered to what fits instead of rejected.
     max_tokens_is_ceiling: bool = False
+    # Prompt lookup (engine/prompt_lookup.py): at most this many drafted tokens per step, 0 off;
+    # None: the model's default, else the server's (MLX_SERVER_PROMPT_LOOKUP_TOKENS).
+    prompt_lookup: int | None = None
+    # Text the reply is expected to repeat (OpenAI's `prediction`): a source of drafts too.
+    prediction: str | None = None
     # The sampling fields (SamplingParams names) the client left out, which the model's defaults
     # fill (pipeline/model_defaults.py); empty for callers that set their own (probe, benchmarks).
     defaultable: frozenset[str] = frozenset()

@@ -24,28 +24,62 @@ Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 
-def make_sampler(params: SamplingParams) -> Sampler:
-    """Greedy at temperature 0, else top-p / min-p / top-k filtering and a keyed categorical draw."""
-    if params.temperature == 0:
-        return lambda logprobs: mx.argmax(logprobs, axis=-1)
-    filters: list[Callable[[mx.array], mx.array]] = []
-    if 0 < params.top_p < 1.0:
-        filters.append(lambda x: apply_top_p(x, params.top_p))
-    if params.min_p > 0:
-        filters.append(lambda x: apply_min_p(x, params.min_p, 1))
-    if params.top_k > 0:
-        filters.append(lambda x: _top_k(x, params.top_k))
-    key = mx.random.key(params.seed if params.seed is not None else secrets.randbits(63))
-    inverse_temperature = 1.0 / params.temperature
+class TokenSampler:
+    """A generation's sampler: one token from a row of logprobs per call (mlx-lm's sampler
+    contract), or several rows at once for prompt lookup (`draw_rows`, then `keep`).
 
-    def sample(logprobs: mx.array) -> mx.array:
-        nonlocal key
-        key, draw = mx.random.split(key)
-        for apply in filters:
+    Greedy at temperature 0; else top-p / min-p / top-k filtering and a categorical draw with
+    the generation's own key, split once per token. Drawing rows takes the keys the next calls
+    would take, in order, so a seeded reply is the same token for token whether its tokens were
+    verified in bulk or drawn one by one: `keep(n)` keeps the first n draws, and the rest of the
+    keys are drawn again for the tokens that replace the rejected ones.
+    """
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.greedy = params.temperature == 0
+        self._filters: list[Callable[[mx.array], mx.array]] = []
+        if 0 < params.top_p < 1.0:
+            self._filters.append(lambda x: apply_top_p(x, params.top_p))
+        if params.min_p > 0:
+            self._filters.append(lambda x: apply_min_p(x, params.min_p, 1))
+        if params.top_k > 0:
+            self._filters.append(lambda x: _top_k(x, params.top_k))
+        self._inverse_temperature = 0.0 if self.greedy else 1.0 / params.temperature
+        seed = params.seed if params.seed is not None else secrets.randbits(63)
+        self._key = None if self.greedy else mx.random.key(seed)
+        self._keys_after: list[mx.array] = []  # after each row of the last `draw_rows`
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        if self._key is None:
+            return mx.argmax(logprobs, axis=-1)
+        self._key, draw = mx.random.split(self._key)
+        return self._draw(logprobs, draw)
+
+    def _draw(self, logprobs: mx.array, key: mx.array) -> mx.array:
+        for apply in self._filters:
             logprobs = apply(logprobs)
-        return mx.random.categorical(logprobs * inverse_temperature, key=draw)
+        return mx.random.categorical(logprobs * self._inverse_temperature, key=key)
 
-    return sample
+    def draw_rows(self, logprobs: mx.array) -> mx.array:
+        """A token for each row of `logprobs` (rows x vocabulary), row i drawn as the i-th next
+        call would; until `keep`, the generation's key has not moved."""
+        if self._key is None:
+            return mx.argmax(logprobs, axis=-1)
+        key, tokens, self._keys_after = self._key, [], []
+        for row in range(logprobs.shape[0]):
+            key, draw = mx.random.split(key)
+            tokens.append(self._draw(logprobs[row : row + 1], draw))
+            self._keys_after.append(key)
+        return mx.concatenate(tokens)
+
+    def keep(self, rows: int) -> None:
+        """The first `rows` tokens of the last `draw_rows` are used: the key moves past them."""
+        if self._key is not None and rows > 0:
+            self._key = self._keys_after[rows - 1]
+
+
+def make_sampler(params: SamplingParams) -> TokenSampler:
+    return TokenSampler(params)
 
 
 def _top_k(logprobs: mx.array, top_k: int) -> mx.array:
@@ -67,7 +101,7 @@ def make_processors(params: SamplingParams) -> list[LogitsProcessor]:
 
 def sampling_for(
     params: SamplingParams, constraint: GrammarProcessor | None = None
-) -> tuple[Sampler, list[LogitsProcessor]]:
+) -> tuple[TokenSampler, list[LogitsProcessor]]:
     """A generation's sampler and logits processors (penalties, biases, then its grammar)."""
     # The grammar goes last: penalties and biases must not revive a token it ruled out.
     processors = make_processors(params) + ([constraint] if constraint is not None else [])

@@ -20,7 +20,8 @@ from mlx_lm.models.cache import TokenBuffer
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.pipeline.engine.params import CompletionStats, GenerationParams
-from mlx_server.services.pipeline.engine.sampling import LogitsProcessor, Sampler, sampling_for
+from mlx_server.services.pipeline.engine.prompt_lookup import NgramDrafts, verify
+from mlx_server.services.pipeline.engine.sampling import LogitsProcessor, TokenSampler, sampling_for
 from mlx_server.services.pipeline.engine.token_text import TokenDecoder, TokenStep
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class Progress:
     fed: list[int]
     todo: list[int]
     left: int
-    sampler: Sampler
+    sampler: TokenSampler
     processors: Guarded | None
 
 
@@ -91,6 +92,22 @@ def start_sequence(loaded: LoadedModel, sequence: BatchedSequence) -> Progress:
         sampler,
         Guarded(sequence, processors) if processors else None,
     )
+
+
+def lookup_width(sequence: BatchedSequence) -> int:
+    """The most drafts a prompt-lookup proposal of `sequence` holds (0: it decodes one token at a
+    time): the request's, else the server's setting; none under a grammar (prompt_lookup.py)."""
+    if sequence.constraint is not None:
+        return 0
+    asked = sequence.params.prompt_lookup
+    return get_settings().prompt_lookup_tokens if asked is None else asked
+
+
+def _prediction(loaded: LoadedModel, sequence: BatchedSequence) -> list[int]:
+    """The tokens of the text the request predicted its reply holds (none if it sent none)."""
+    text = sequence.params.prediction
+    tokens: list[int] = loaded.tokenizer.encode(text, add_special_tokens=False) if text else []
+    return tokens
 
 
 def decoder_of(sequence: BatchedSequence) -> TokenDecoder:
@@ -124,6 +141,8 @@ class Alone:
         # The next token and its logprobs, being computed; None until the prompt is fed.
         self.pending: tuple[mx.array, mx.array] | None = None
         self.finished = False
+        width = lookup_width(sequence)
+        self.drafts = NgramDrafts(sequence.prompt, width, _prediction(loaded, sequence)) if width else None
 
     def _feed(self, tokens: mx.array) -> tuple[mx.array, mx.array]:
         """Feed `tokens` (the prompt's last, or the token just sampled) and start sampling the
@@ -153,6 +172,8 @@ class Alone:
                 self.pending = self._feed(mx.array(progress.todo))
                 progress.fed += progress.todo
                 progress.todo = []
+            if self.drafts is not None:
+                return self._lookup_step(*self.pending)
             token, logprobs = self.pending
             self.pending = self._feed(token)
             if self.sequence.error is not None:  # its logits processors failed on this token
@@ -164,9 +185,52 @@ class Alone:
                 mx.clear_cache()
         return steps
 
-    def _report(self, token: int, logprobs: mx.array) -> list[TokenStep]:
+    def _lookup_step(self, token: mx.array, logprobs: mx.array) -> list[TokenStep]:
+        """The pending token, and after it the tokens of a prompt-lookup proposal the model
+        agrees with (prompt_lookup.py); without a proposal, one token as `advance` does."""
+        assert self.drafts is not None
+        progress, drafts = self.progress, self.drafts
+        value: int = token.item()  # type: ignore[assignment]  # one token
+        steps = self._report(value, logprobs)
+        if self.finished:
+            return steps
+        drafts.extend([value])
+        proposal = drafts.propose(self.decoder.left - 1)  # the model's own token follows them
+        if not proposal:
+            self.pending = self._feed(token)
+            progress.fed.append(value)
+            if self.sequence.error is not None:
+                raise self.sequence.error
+            return steps
+        outcome = verify(
+            self.loaded.model,
+            progress.cache,
+            value,
+            proposal,
+            progress.sampler,
+            progress.processors,
+            progress.fed,
+        )
+        if self.sequence.error is not None:
+            raise self.sequence.error
+        drafts.record(len(proposal), outcome.accepted)
+        fed = [value, *proposal[: outcome.accepted]]
+        progress.fed += fed
+        if self.context is not None:
+            self.context.update_and_fetch(mx.array(fed))
+        for decided, row in zip(outcome.tokens[:-1], outcome.logprobs, strict=False):
+            steps += self._report(decided, row, drafted=True)
+            if self.finished:
+                return steps
+        drafts.extend(outcome.tokens[:-1])
+        self.pending = (mx.array([outcome.tokens[-1]]), outcome.logprobs[-1])
+        if len(progress.fed) % 256 < len(fed):
+            mx.clear_cache()
+        return steps
+
+    def _report(self, token: int, logprobs: mx.array, drafted: bool = False) -> list[TokenStep]:
         """`token`'s steps; after the last one, the cache goes back to the prompt cache."""
-        steps = self.decoder.decode(token, logprobs)
+        steps = self.decoder.decode(token, logprobs, drafted if self.drafts is not None else None)
         self.progress.left = self.decoder.left
         if self.decoder.finished:
             self.leave()

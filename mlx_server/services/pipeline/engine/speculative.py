@@ -4,7 +4,8 @@ model, and a quantized KV cache (seed 000; records.ModelRecord holds the options
 Speculative decoding runs mlx-lm's `speculative_generate_step`: the draft proposes
 `MLX_SERVER_NUM_DRAFT_TOKENS` tokens, the target checks them in one forward pass and keeps the
 ones it would have chosen itself, so at temperature 0 the output is the target's own greedy
-output. Each token says whether the draft proposed it; the share is the acceptance rate.
+output. Each token says whether the draft proposed it (counted where the token reaches the client,
+generation.py); the share is the acceptance rate.
 
 KV quantization passes `kv_bits` to mlx-lm (`kv_quantization`, for generation.py's solo
 `generate_step` and for `speculative_generate_step`), which turns each layer's cache into a
@@ -29,7 +30,7 @@ The prompt cache (models/prompt_cache.py) and these options:
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, Protocol
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm.generate import speculative_generate_step
@@ -40,14 +41,8 @@ from mlx_server.models.loaders import LoadedModel
 from mlx_server.services.pipeline.engine.constraints import GrammarProcessor
 from mlx_server.services.pipeline.engine.sampling import LogitsProcessor, Sampler
 
-Tokens = Generator[tuple[int, mx.array], None, None]
-
-
-class DraftFigures(Protocol):
-    """Where a generation counts its tokens on the speculative path (CompletionStats)."""
-
-    speculative_tokens: int
-    draft_tokens: int
+# (token, logprobs, drafted): drafted None where the generation does not speculate.
+Tokens = Generator[tuple[int, mx.array, bool | None], None, None]
 
 
 def uses_generation_options(loaded: LoadedModel) -> bool:
@@ -80,25 +75,27 @@ def _align(cache: list[Any], target_layers: int) -> None:
         trim_prompt_cache(draft, -excess)
 
 
-def _counted(
-    steps: Generator[tuple[int, mx.array, bool], None, None],
-    loaded: LoadedModel,
-    figures: DraftFigures | None,
-    cache: list[Any] | None,
-) -> Tokens:
-    """The tokens, counted into `figures` and the model's totals (None: the draft was not asked)."""
+Steps = Generator[tuple[int, mx.array, bool], None, None]
+
+
+def _drafted(steps: Steps, loaded: LoadedModel, cache: list[Any] | None) -> Tokens:
+    """The tokens; the target's and the draft's caches aligned once they end."""
     try:
-        for token, logprobs, from_draft in steps:
-            if figures is not None:
-                figures.speculative_tokens += 1
-                loaded.speculative_tokens += 1
-                figures.draft_tokens += from_draft
-                loaded.draft_tokens += from_draft
-            yield token, logprobs
+        yield from steps
     finally:
         steps.close()  # mlx-lm rewinds the rejected draft tokens here
         if cache is not None:
             _align(cache, len(loaded.model.layers))
+
+
+def _undrafted(steps: Steps, loaded: LoadedModel, cache: list[Any] | None) -> Tokens:
+    """A constrained request's tokens: the draft was asked for none, nothing was speculated."""
+    tokens = _drafted(steps, loaded, cache)
+    try:
+        for token, logprobs, _ in tokens:
+            yield token, logprobs, None
+    finally:
+        tokens.close()
 
 
 def drafts_for(loaded: LoadedModel) -> bool:
@@ -121,11 +118,10 @@ def speculative_token_stream(
     max_tokens: int,
     sampler: Sampler,
     processors: list[LogitsProcessor],
-    *,
-    figures: DraftFigures,
 ) -> tuple[Tokens, list[Any] | None, int]:
-    """(token, logprobs) pairs from the model checking its draft's tokens, the cache to give
-    back to the prompt cache (None: not to be kept) and the prompt tokens it reused."""
+    """(token, logprobs, drafted) from the model checking its draft's tokens (drafted None for a
+    constrained request, which asks the draft for none), the cache to give back to the prompt
+    cache (None: not to be kept) and the prompt tokens it reused."""
     constrained = any(isinstance(p, GrammarProcessor) for p in processors)
     pair = _TargetAndDraft(loaded.model, loaded.draft_model)
     kept: list[Any] | None
@@ -145,4 +141,4 @@ def speculative_token_stream(
         prompt_cache=cache,
         **kv_quantization(loaded),
     )
-    return _counted(steps, loaded, None if constrained else figures, kept), kept, reused
+    return (_undrafted if constrained else _drafted)(steps, loaded, kept), kept, reused

@@ -26,6 +26,9 @@ class TokenStep:
     text: str
     logprob: TokenLogprob | None
     finish_reason: FinishReason | None
+    # Speculative decoding: whether a draft proposed the token (prompt lookup or a draft model);
+    # None where nothing was drafted for the generation.
+    drafted: bool | None = None
 
 
 class _UntrimmedBPEDetokenizer(BPEStreamingDetokenizer):  # type: ignore[misc]  # mlx-lm is untyped
@@ -77,15 +80,16 @@ class TokenDecoder:
         self.left = max_tokens  # tokens still to generate
         self.finished = False
 
-    def decode(self, token: int, logprobs: mx.array) -> list[TokenStep]:
-        """A sampled token's steps: its text (none for a stop token), then the finish it causes."""
+    def decode(self, token: int, logprobs: mx.array, drafted: bool | None = None) -> list[TokenStep]:
+        """A sampled token's steps: its text (none for a stop token), then the finish it causes;
+        `drafted`: whether a draft proposed it (None: the generation does not speculate)."""
         if token in self._stop_tokens:
             return [self.finish("stop")]
         self._detokenizer.add_token(token)
         self.left -= 1
         top = self._top
         logprob = None if top is None else token_logprob(self._tokenizer, token, logprobs, top)
-        steps = [TokenStep(self._detokenizer.last_segment, logprob, None)]
+        steps = [TokenStep(self._detokenizer.last_segment, logprob, None, drafted)]
         if self.left <= 0:
             steps.append(self.finish("length"))
         return steps

@@ -153,6 +153,8 @@ def chat_request(body: ChatCompletionRequest, model: str) -> GenerationRequest:
         stop=body.stop_list,
         sampling=sampling_params(body),
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
+        prompt_lookup=body.prompt_lookup,
+        prediction=body.prediction.text if body.prediction else None,
         defaultable=left_out(body),
     )
     return GenerationRequest(

@@ -1,0 +1,159 @@
+"""Prompt lookup (#33, services/pipeline/engine/prompt_lookup.py): decode speed with and without,
+on an agent-style edit and on free writing, alone and with four streams at once.
+
+The edit: a ~300-token Python file in the prompt, "return it with one function renamed",
+greedy; the model re-emits most of its context, where drafts copied from the prompt pay. Free
+writing: a short story, where matches are chance. Each row alternates `prompt_lookup: 0` and the
+server's default in rounds (drift affects both alike); the texts must be identical, or the run
+stops. Decode tokens/s on the client, first content to last.
+
+    python -m mlx_server.benchmark.prompt_lookup [--rounds 3] [--tokens 300] [--write docs/benchmarks.md]
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlx_server.benchmark._server import Run, running_server, stream_chat
+from mlx_server.benchmark.report import bench_arguments, publish, run_line
+from mlx_server.models.store import DEFAULT_MODEL_ID
+
+MARKER_START = "<!-- prompt-lookup-benchmark:start -->"
+MARKER_END = "<!-- prompt-lookup-benchmark:end -->"
+
+CODE = '''import json
+from pathlib import Path
+
+
+def load_settings(path: Path) -> dict:
+    """Read the settings file, or return the defaults when it does not exist."""
+    if not path.exists():
+        return {"theme": "light", "font_size": 12, "recent": []}
+    with path.open() as handle:
+        return json.load(handle)
+
+
+def save_settings(path: Path, settings: dict) -> None:
+    """Write the settings file, creating its folder first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        json.dump(settings, handle, indent=2)
+
+
+def add_recent(settings: dict, name: str, limit: int = 10) -> dict:
+    """Put a file name first in the recent list, without duplicates."""
+    recent = [item for item in settings.get("recent", []) if item != name]
+    recent.insert(0, name)
+    settings["recent"] = recent[:limit]
+    return settings
+
+
+def main() -> None:
+    path = Path.home() / ".editor" / "settings.json"
+    settings = load_settings(path)
+    settings = add_recent(settings, "notes.txt")
+    save_settings(path, settings)
+
+
+if __name__ == "__main__":
+    main()
+'''
+EDIT = [
+    {"role": "system", "content": "You are a careful coding assistant. Reply with code only."},
+    {
+        "role": "user",
+        "content": f"Here is a file:\n\n```python\n{CODE}```\n\n"
+        "Return the whole file with the function `add_recent` renamed to `remember_file` "
+        "(also where it is called). Change nothing else.",
+    },
+]
+FREE = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+
+
+def _run(url: str, messages: list[dict[str, Any]], tokens: int, lookup: int | None) -> Run:
+    extra = {} if lookup is None else {"prompt_lookup": lookup}
+    return stream_chat(url, messages, tokens, extra=extra)
+
+
+def _together(url: str, messages: list[dict[str, Any]], tokens: int, lookup: int | None, streams: int) -> Run:
+    """`streams` identical requests at once; their summed decode rate, one of their texts."""
+    runs: list[Run] = []
+    barrier = threading.Barrier(streams)
+
+    def one() -> None:
+        barrier.wait()
+        runs.append(_run(url, messages, tokens, lookup))
+
+    threads = [threading.Thread(target=one) for _ in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return Run(
+        sum(r.tokens for r in runs),
+        sum(r.decode_tps for r in runs),
+        max(r.ttft_s for r in runs),
+        text=runs[0].text,
+        accepted=sum(r.accepted for r in runs),
+    )
+
+
+Row = tuple[str, Callable[[int | None], Run]]
+
+
+def measure(url: str, rounds: int, tokens: int) -> list[tuple[str, list[Run], list[Run]]]:
+    stream_chat(url, [{"role": "user", "content": "Hi"}], 2)  # loads the model
+    rows: list[Row] = [
+        ("code edit, 1 stream", lambda lookup: _run(url, EDIT, tokens, lookup)),
+        ("free writing, 1 stream", lambda lookup: _run(url, FREE, tokens, lookup)),
+        ("code edit, 4 streams", lambda lookup: _together(url, EDIT, tokens, lookup, 4)),
+    ]
+    results = []
+    for name, run in rows:
+        off: list[Run] = []
+        on: list[Run] = []
+        for i in range(rounds):
+            for lookup in (0, None) if i % 2 == 0 else (None, 0):
+                (off if lookup == 0 else on).append(run(lookup))
+            if on[-1].text != off[-1].text:
+                raise SystemExit(f"{name}: the texts differ:\n{on[-1].text}\n---\n{off[-1].text}")
+            print(f"{name}, round {i + 1}: off {off[-1].decode_tps:.2f}, on {on[-1].decode_tps:.2f} tok/s")
+        results.append((name, off, on))
+    return results
+
+
+def report(results: list[tuple[str, list[Run], list[Run]]], rounds: int, tokens: int) -> str:
+    rows = [
+        "| workload | tokens | decode tok/s, off | decode tok/s, on | on / off | from drafts |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, off, on in results:
+        slow, fast = statistics.median(r.decode_tps for r in off), statistics.median(r.decode_tps for r in on)
+        share = sum(r.accepted for r in on) / max(1, sum(r.tokens for r in on))
+        rows.append(
+            f"| {name} | {on[-1].tokens} | {slow:.2f} | {fast:.2f} | {fast / slow:.2f}x | {share:.0%} |"
+        )
+    setup = (
+        f"Model {DEFAULT_MODEL_ID} (float32 on this CPU), greedy, streamed, max_tokens {tokens}, "
+        f"{rounds} alternating rounds (medians); off = `prompt_lookup: 0`, on = the server's default "
+        "(MLX_SERVER_PROMPT_LOOKUP_TOKENS=8). Texts identical in every round. Four streams: summed "
+        "decode rates of four identical requests sent at once."
+    )
+    return "\n".join([run_line(), setup, "", *rows])
+
+
+def main() -> None:
+    args = bench_arguments(__doc__, "update this markdown file's section", rounds=3, tokens=300)
+    with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, running_server(Path(tmp)) as url:
+        results = measure(url, args.rounds, args.tokens)
+    section = report(results, args.rounds, args.tokens)
+    publish(section, args.write, "Prompt lookup: decode speed", MARKER_START, MARKER_END)
+
+
+if __name__ == "__main__":
+    main()
