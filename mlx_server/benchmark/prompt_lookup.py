@@ -7,6 +7,12 @@ writing: a short story, where matches are chance. Each row alternates `prompt_lo
 server's default in rounds (drift affects both alike); the texts must be identical, or the run
 stops. Decode tokens/s on the client, first content to last.
 
+First, in this process, what verifying costs: one forward pass of 1, 5 and 9 tokens per row over
+a 600-token context, for one sequence and for a batch of four (mlx-lm's BatchKVCache), and what
+giving each row of the batch its own length back would cost (mlx-lm's `dynamic_roll` of every
+layer's keys and values, as its BatchKVCache does for right padding): the reason the batch does
+not speculate on this CPU.
+
     python -m mlx_server.benchmark.prompt_lookup [--rounds 3] [--tokens 300] [--write docs/benchmarks.md]
 """
 
@@ -15,13 +21,15 @@ from __future__ import annotations
 import statistics
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mlx_server.benchmark._server import Run, running_server, stream_chat
 from mlx_server.benchmark.report import bench_arguments, publish, run_line
-from mlx_server.models.store import DEFAULT_MODEL_ID
+from mlx_server.models.gguf_import import convert_gguf
+from mlx_server.models.store import DEFAULT_MODEL_ID, default_model_gguf
 
 MARKER_START = "<!-- prompt-lookup-benchmark:start -->"
 MARKER_END = "<!-- prompt-lookup-benchmark:end -->"
@@ -103,6 +111,88 @@ def _together(url: str, messages: list[dict[str, Any]], tokens: int, lookup: int
     )
 
 
+CONTEXT_TOKENS = 600
+PASS_TOKENS = (1, 5, 9)
+
+
+def _median_ms(run: Callable[[], object], repeats: int = 7) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def _filled_cache(model: Any, rows: int) -> list[Any]:
+    """A KV cache (a batch's, for several rows) holding a CONTEXT_TOKENS-token context."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import BatchKVCache, KVCache
+
+    cache = [KVCache() if rows == 1 else BatchKVCache([0] * rows) for _ in model.layers]
+    model(mx.array([list(range(100, 100 + CONTEXT_TOKENS))] * rows), cache=cache)
+    mx.eval([layer.state for layer in cache])
+    return cache
+
+
+def _pass_ms(model: Any, cache: list[Any], rows: int, tokens: int) -> float:
+    """A forward pass of `tokens` per row over the cache (trimmed back after each)."""
+    import mlx.core as mx
+
+    block = mx.array([list(range(500, 500 + tokens))] * rows)
+
+    def step() -> None:
+        mx.eval(model(block, cache=cache))
+        for layer in cache:
+            layer.trim(tokens)
+
+    return _median_ms(step)
+
+
+def _roll_ms(cache: list[Any]) -> float:
+    """Re-aligning a batch of four rows kept to different lengths (right padding moved left)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import dynamic_roll
+
+    shifts = mx.array([[1], [0], [2], [3]])
+
+    def roll() -> None:
+        for layer in cache:
+            layer.keys = dynamic_roll(layer.keys, shifts, axis=2)
+            layer.values = dynamic_roll(layer.values, shifts, axis=2)
+        mx.eval([layer.keys for layer in cache], [layer.values for layer in cache])
+
+    return _median_ms(roll)
+
+
+def pass_costs(model_dir: Path) -> dict[str, float]:
+    """Milliseconds of one forward pass of n tokens per row (keys "1x5", "4x9", ...) and of
+    re-aligning a batch of four's caches ("roll")."""
+    from mlx_server.models.cpu_weights import load_text_model
+
+    model, _ = load_text_model(str(model_dir))
+    costs: dict[str, float] = {}
+    for rows in (1, 4):
+        cache = _filled_cache(model, rows)
+        for n in PASS_TOKENS:
+            costs[f"{rows}x{n}"] = _pass_ms(model, cache, rows, n)
+    costs["roll"] = _roll_ms(cache)
+    return costs
+
+
+def costs_table(costs: dict[str, float]) -> list[str]:
+    table = [
+        f"| rows x tokens per row ({CONTEXT_TOKENS}-token context) | forward pass | tokens/s if all kept |",
+        "|---|---|---|",
+    ]
+    for rows in (1, 4):
+        for n in PASS_TOKENS:
+            ms = costs[f"{rows}x{n}"]
+            table.append(f"| {rows} x {n} | {ms:.0f} ms | {rows * n * 1000 / ms:.0f} |")
+    table.append(f"| re-aligning 4 rows' caches (dynamic_roll) | {costs['roll']:.0f} ms | |")
+    return table
+
+
 Row = tuple[str, Callable[[int | None], Run]]
 
 
@@ -127,7 +217,9 @@ def measure(url: str, rounds: int, tokens: int) -> list[tuple[str, list[Run], li
     return results
 
 
-def report(results: list[tuple[str, list[Run], list[Run]]], rounds: int, tokens: int) -> str:
+def report(
+    results: list[tuple[str, list[Run], list[Run]]], costs: dict[str, float], rounds: int, tokens: int
+) -> str:
     rows = [
         "| workload | tokens | decode tok/s, off | decode tok/s, on | on / off | from drafts |",
         "|---|---|---|---|---|---|",
@@ -144,14 +236,20 @@ def report(results: list[tuple[str, list[Run], list[Run]]], rounds: int, tokens:
         "(MLX_SERVER_PROMPT_LOOKUP_TOKENS=8). Texts identical in every round. Four streams: summed "
         "decode rates of four identical requests sent at once."
     )
-    return "\n".join([run_line(), setup, "", *rows])
+    costs_part = ["", "What a verifying pass costs:", "", *costs_table(costs)]
+    return "\n".join([run_line(), setup, "", *rows, *costs_part])
 
 
 def main() -> None:
     args = bench_arguments(__doc__, "update this markdown file's section", rounds=3, tokens=300)
+    with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp:
+        model_dir = Path(tmp) / "model"
+        convert_gguf(default_model_gguf(), model_dir)
+        costs = pass_costs(model_dir)
+        print(costs)
     with tempfile.TemporaryDirectory(prefix="mlx-bench-") as tmp, running_server(Path(tmp)) as url:
         results = measure(url, args.rounds, args.tokens)
-    section = report(results, args.rounds, args.tokens)
+    section = report(results, costs, args.rounds, args.tokens)
     publish(section, args.write, "Prompt lookup: decode speed", MARKER_START, MARKER_END)
 
 
