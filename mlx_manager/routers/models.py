@@ -147,6 +147,15 @@ def _gguf_path(path: str) -> Path:
         return Path(path.strip())
 
 
+def _is_file(path: Path) -> bool:
+    """Whether a file is there; False also for a name no file can have (a part over the file
+    system's 255 bytes), which `Path.is_file` raises for."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 @router.get("/import/inspect", response_class=HTMLResponse)
 async def inspect_import(
     request: Request,
@@ -159,7 +168,7 @@ async def inspect_import(
     plan = GGUFPlan(path=str(gguf) if path.strip() else "")
     if not path.strip():
         plan.error = "Give the full path of a .gguf file to inspect."
-    elif not gguf.is_file():
+    elif not _is_file(gguf):
         plan.error = f"No file at {gguf}; give the full path of a .gguf file."
     else:
         try:
@@ -180,7 +189,7 @@ async def import_model(
     quantization: Annotated[GGUFQuantization, Form()] = "auto",
 ) -> Response:
     gguf = _gguf_path(path)
-    if not gguf.is_file():
+    if not _is_file(gguf):
         return _page(request, session, error=f"No file at {gguf}; give the full path of a .gguf file.")
     models_dir = get_server_settings().models_dir
 

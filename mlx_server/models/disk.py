@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Literal
 
 from mlx_server.models.detection import ModelType, detect_model_type, read_config
 from mlx_server.models.gguf_import import SUPPORTED_ARCHITECTURES
+from mlx_server.utils.paths import file_or_directory
 
 # mlx: loads as it is (MLX weights; embeddings, vision and audio loaders also read Hugging Face
 # safetensors). checkpoint: a text model's Hugging Face checkpoint mlx-lm supports: convert it
@@ -122,9 +123,10 @@ def mlx_lm_architecture(config: dict[str, Any]) -> str | None:
 
 def inspect_path(path: Path) -> DiskModel:
     """Classify a model directory or a GGUF file (FileNotFoundError if nothing is there)."""
-    if path.is_file():
+    found = file_or_directory(path)
+    if found == "file":
         return _inspect_gguf(path)
-    if not path.is_dir():
+    if found is None:
         raise FileNotFoundError(f"nothing at {path}")
     config = read_config(path)
     if not config:

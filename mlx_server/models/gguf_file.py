@@ -24,6 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader, LlamaFileType, ReaderTensor, quants
 
+from mlx_server.utils.paths import file_or_directory
+
 Quantization = Literal["auto", "4bit", "8bit", "float"]
 QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 GROUP_SIZE = 32  # Q4_0/Q4_1/Q8_0's block size; requantized tensors use it too
@@ -68,7 +70,7 @@ def _value(field: Any) -> Any:
 
 def open_gguf(path: Path) -> tuple[GGUFReader, dict[str, Any]]:
     """The reader and the metadata as Python values; GGUFImportError for anything not a GGUF."""
-    if not path.is_file():
+    if file_or_directory(path) != "file":
         raise GGUFImportError(f"{path}: no such file")
     try:
         reader = _Reader(path)

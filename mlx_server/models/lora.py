@@ -20,6 +20,7 @@ from sqlmodel import Session, col, select
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.records import LoraAdapter
+from mlx_server.utils.paths import file_or_directory
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapters.safetensors"
@@ -53,7 +54,7 @@ def _refused(message: str, code: str = "invalid_adapter") -> APIError:
 
 def read_adapter_config(directory: Path) -> dict[str, Any]:
     """The adapter's config, after checking the directory has mlx-lm's two files (400 if not)."""
-    if not directory.is_dir():
+    if file_or_directory(directory) != "directory":
         raise _refused(f"{directory} is not a directory on the server.")
     missing = [name for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS) if not (directory / name).is_file()]
     if missing:

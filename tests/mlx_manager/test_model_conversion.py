@@ -83,6 +83,7 @@ def test_what_cannot_be_converted_is_refused_before_any_work(
         str(smollm_dir): "already an MLX model quantized to 4 bits",
         str(default_embedding_model_dir()): "mlx-lm converts text models only",
         str(tmp_path / "nope"): "There is no directory",
+        str(tmp_path / ("é" * 200)): "There is no directory",  # 400 bytes: no file can have that name
     }
     for path, reason in refusals.items():
         refused = runner.invoke(app, ["models", "convert", path, "--bits", "8"])

@@ -112,6 +112,9 @@ def test_what_cannot_be_added_is_refused_with_the_reason(client: TestClient, tmp
     assert refused.status_code == 400 and "PyTorch weights only" in refused.json()["error"]["message"]
     nothing = client.post("/v1/admin/models", json={"path": str(tmp_path / "nope")})
     assert nothing.status_code == 400 and "There is nothing at" in nothing.text
+    # A part over the file system's 255 bytes: the fuzzer's 500 (ENAMETOOLONG from Path.is_file).
+    too_long = client.post("/v1/admin/models", json={"path": str(tmp_path / ("é" * 200))})
+    assert too_long.status_code == 400 and "There is nothing at" in too_long.text
     cli = runner.invoke(app, ["models", "add", str(pytorch)])
     assert cli.exit_code == 1 and "PyTorch weights only" in cli.output
 

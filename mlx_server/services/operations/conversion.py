@@ -31,6 +31,7 @@ from mlx_server.models.detection import ModelType
 from mlx_server.models.disk import directory_size, expand_user, inspect_path
 from mlx_server.models.store import get_model, model_dir, suggested_model_id, validate_model_id
 from mlx_server.records import ModelRecord, ModelSource
+from mlx_server.utils.paths import file_or_directory
 
 CONVERT_BITS = (4, 8)
 CONVERT_GROUP_SIZES = (32, 64, 128)
@@ -77,7 +78,7 @@ def plan_conversion(
     if group_size not in CONVERT_GROUP_SIZES:
         raise _refused(f"group_size must be 32, 64 or 128, not {group_size}.", "group_size")
     source = expand_user(source)
-    if not source.is_dir():
+    if file_or_directory(source) != "directory":
         raise _refused(f"There is no directory at {source}; give a Hugging Face checkpoint's directory.")
     found = inspect_path(source)
     if found.model_type is not None and found.model_type != ModelType.TEXT_GEN:

@@ -76,8 +76,9 @@ def test_delete_a_local_model_keeps_its_files(page: TestClient, smollm_dir: Path
 
 
 def test_import_gguf_by_path(page: TestClient, smollm_gguf: Path, tmp_path: Path) -> None:
-    missing = page.post("/models/import", data={"path": str(tmp_path / "nope.gguf")})
-    assert missing.status_code == 400 and "No file at" in missing.text
+    for name in ("nope.gguf", "é" * 200 + ".gguf"):  # the second: a name no file can have
+        missing = page.post("/models/import", data={"path": str(tmp_path / name)})
+        assert missing.status_code == 400 and "No file at" in missing.text
     imported = page.post("/models/import", data={"path": str(smollm_gguf), "model_id": "smol-copy"})
     assert imported.status_code == 200 and "Imported smol-copy" in imported.text
     assert '<span data-testid="source-quantization">from Q4_1</span>' in imported.text
@@ -107,8 +108,9 @@ def test_inspect_shows_the_gguf_and_the_planned_import_before_it_starts(
     assert sizes[1] > 1.3 * sizes[0]  # 8-bit weights take more room than 4-bit
     full = page.get("/models/import/inspect", params={"path": str(smollm_gguf)})  # without JavaScript
     assert "<html" in full.text and 'data-testid="gguf-plan"' in full.text
-    missing = page.get("/models/import/inspect", params={"path": str(tmp_path / "x.gguf")}, headers=HTMX)
-    assert "No file at" in missing.text
+    for name in ("x.gguf", "é" * 200 + ".gguf"):
+        missing = page.get("/models/import/inspect", params={"path": str(tmp_path / name)}, headers=HTMX)
+        assert "No file at" in missing.text
     empty = page.get("/models/import/inspect", headers=HTMX)  # the form sent with no path
     assert empty.status_code == 200 and "Give the full path of a .gguf file" in empty.text
     bad = page.get("/models/import/inspect", params={"path": str(smollm_gguf), "quantization": "3bit"})

@@ -102,6 +102,8 @@ def test_adapters_that_do_not_fit_are_refused(smollm_dir: Path, adapter: Path, t
         assert name in error["message"] and "does not match" in error["message"]
         status, error = register(path=str(tmp_path))
         assert status == 400 and "lacks adapter_config.json and adapters.safetensors" in error["message"]
+        status, error = register(path=str(tmp_path / ("é" * 200)))  # a name no directory can have
+        assert status == 400 and "is not a directory on the server" in error["message"]
         status, error = register(base_model="nope")
         assert status == 404 and error["param"] == "base_model"
         status, error = register(name="no/slash")
