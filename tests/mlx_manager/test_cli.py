@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlmodel import Session
 from typer.testing import CliRunner
 
@@ -66,6 +67,7 @@ def test_truncated_file_named_in_error(tmp_path: Path, smollm_gguf: Path) -> Non
     assert "half.gguf" in result.output
 
 
+@pytest.mark.empty_home
 def test_db_upgrade_reports_the_revision(home: Path) -> None:
     result = runner.invoke(app, ["db", "upgrade"])
     assert result.exit_code == 0

@@ -25,6 +25,9 @@ from mlx_server.database import (
 )
 from mlx_server.records import ModelRecord
 
+# Each test here starts from no database: they are about making and migrating one.
+pytestmark = pytest.mark.empty_home
+
 
 def _revisions_oldest_first() -> list[str]:
     script = ScriptDirectory.from_config(alembic_config(get_engine()))

@@ -212,6 +212,7 @@ def test_rows_are_written_in_order_and_stop_drains_the_queue() -> None:
     assert [r.request_id for r in _rows()] == [f"r{n}" for n in range(450)]
 
 
+@pytest.mark.empty_home
 def test_a_failed_write_is_logged_and_the_writer_keeps_going(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR, logger="mlx_server.audit"):
         audit_service.record(_entry("lost"))  # no audit_log table yet: the write fails
@@ -223,6 +224,7 @@ def test_a_failed_write_is_logged_and_the_writer_keeps_going(caplog: pytest.LogC
     assert [r.request_id for r in _rows()] == ["kept"]
 
 
+@pytest.mark.empty_home
 def test_rows_written_before_migration_0002_survive_it_with_the_new_fields_empty() -> None:
     upgrade_database(revision="0001")
     with get_engine().begin() as connection:
