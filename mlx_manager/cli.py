@@ -30,11 +30,11 @@ from mlx_server.facade import (
     ModelStoreError,
     ProbeStep,
     WhisperImportError,
+    background_session,
     bind_refusal,
     create_api_key,
     default_whisper_dir,
     ensure_default_models,
-    get_engine,
     get_server_settings,
     import_gguf,
     import_whisper,
@@ -84,7 +84,7 @@ def _migrate() -> str | None:
 
 def _migrated_session() -> Session:
     _migrate()
-    return Session(get_engine())
+    return background_session()
 
 
 def _fail(message: str) -> typer.Exit:

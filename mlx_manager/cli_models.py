@@ -31,9 +31,9 @@ from mlx_server.facade import (
     ModelStoreError,
     ProbeStep,
     add_model,
+    background_session,
     convert_model,
     expand_user,
-    get_engine,
     get_server_settings,
     list_models,
     model_defaults,
@@ -58,7 +58,7 @@ def _migrate() -> None:
 
 def _session() -> Session:
     _migrate()
-    return Session(get_engine())
+    return background_session()
 
 
 def _fail(message: str, code: int = 1) -> typer.Exit:
@@ -136,9 +136,9 @@ def models_convert(
 ) -> None:
     """Quantize a checkpoint to MLX with mlx-lm's conversion, then add (and probe) it. Ctrl-C
     cancels: nothing of the conversion is kept."""
-    _migrate()
     try:
-        plan = plan_conversion(path, bits=bits, group_size=group_size, model_id=model_id)
+        with _session() as session:
+            plan = plan_conversion(session, path, bits=bits, group_size=group_size, model_id=model_id)
     except APIError as exc:
         raise _fail(exc.message) from exc
     typer.echo(f"converting {plan.source} to {plan.model_id} ({bits}-bit, group size {group_size})")
@@ -182,18 +182,17 @@ def models_set(
     ] = None,
 ) -> None:
     """Set what the model runs with when a request leaves it out (every API and the playground)."""
-    _migrate()
-    try:
-        if not assignments:
-            _print_defaults(model_id, model_defaults(model_id))
-            return
-        defaults = update_model_defaults(model_id, parse_assignments(assignments))
-    except ModelNotFoundError as exc:
-        with _session() as session:
+    with _session() as session:
+        try:
+            if not assignments:
+                _print_defaults(model_id, model_defaults(session, model_id))
+                return
+            defaults = update_model_defaults(session, model_id, parse_assignments(assignments))
+        except ModelNotFoundError as exc:
             known = ", ".join(record.id for record in list_models(session)) or "none yet"
-        raise _fail(f"no model {model_id!r}; the models are: {known}") from exc
-    except (ModelDefaultsError, APIError) as exc:
-        raise _fail(getattr(exc, "message", str(exc))) from exc
+            raise _fail(f"no model {model_id!r}; the models are: {known}") from exc
+        except (ModelDefaultsError, APIError) as exc:
+            raise _fail(getattr(exc, "message", str(exc))) from exc
     _print_defaults(model_id, defaults)
 
 

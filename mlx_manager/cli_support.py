@@ -12,7 +12,12 @@ from rich.console import Console
 from sqlmodel import Session
 
 from mlx_manager.config import get_manager_settings
-from mlx_server.facade import get_engine, list_models, upgrade_database, use_server_settings
+from mlx_server.facade import (
+    background_session,
+    list_models,
+    upgrade_database,
+    use_server_settings,
+)
 
 P = ParamSpec("P")
 MAX_IDS_SHOWN = 30
@@ -44,7 +49,7 @@ def home_session() -> Iterator[Session]:
     """A session on this home's database (MLX_MANAGER_HOME), migrated first."""
     use_server_settings(get_manager_settings().server_settings())
     upgrade_database()
-    with Session(get_engine()) as session:
+    with background_session() as session:
         yield session
 
 

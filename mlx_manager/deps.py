@@ -9,9 +9,8 @@ from fastapi import Depends, Path, Request
 from sqlmodel import Session
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
-from mlx_server.facade import get_session
+from mlx_server.facade import SessionDep as SessionDep  # the one request session (mlx_server/database.py)
 
-SessionDep = Annotated[Session, Depends(get_session)]
 ManagerSettingsDep = Annotated[ManagerSettings, Depends(get_manager_settings)]
 # SQLite integers are signed 64-bit: a larger id names no row (and would overflow the driver).
 SQLITE_MAX_INT = 2**63 - 1

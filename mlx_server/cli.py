@@ -11,12 +11,11 @@ from typing import Annotated, Any
 
 import typer
 import uvicorn
-from sqlmodel import Session
 from typer.core import TyperGroup
 
 from mlx_server import __version__
 from mlx_server.config import get_settings, use_settings
-from mlx_server.database import get_engine, upgrade_database
+from mlx_server.database import background_session, upgrade_database
 from mlx_server.home_lock import HomeInUse, lock_home
 from mlx_server.services.operations.api_keys import bind_refusal, keys_exist
 
@@ -81,7 +80,7 @@ def serve(
         raise typer.Exit(code=2) from None
     with home_lock:
         upgrade_database()
-        with Session(get_engine()) as session:
+        with background_session() as session:
             refusal = bind_refusal(settings.host, has_key=keys_exist(session), has_password=False)
         if refusal:
             typer.secho(f"error: {refusal}", fg=typer.colors.RED, err=True)

@@ -58,12 +58,22 @@ def reset_engine() -> None:
 
 
 def get_session() -> Iterator[Session]:
-    """FastAPI dependency: one session per request."""
+    """FastAPI dependency: one session per request (`SessionDep`); route handlers take it and
+    pass it into the services they call, which never open a session of their own."""
     with Session(get_engine()) as session:
         yield session
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def background_session(*, expire_on_commit: bool = True) -> Session:
+    """A short session of its own (`with background_session() as session:`) for work no request
+    handler owns: background jobs (downloads, pulls, probes, chat turns, the scheduler), what
+    runs while a reply streams or on the MLX thread (it must not hold a request's session past
+    the response), middleware that runs before the route, startup and the command line.
+    `expire_on_commit=False` keeps loaded rows readable after the session ends."""
+    return Session(get_engine(), expire_on_commit=expire_on_commit)
 
 
 def _scripts_config() -> Config:

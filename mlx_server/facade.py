@@ -17,7 +17,7 @@ from mlx_server.cli import HELP_OPTIONS, BareHelpGroup, version_option
 from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_loopback
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
-from mlx_server.database import database_status, get_engine, get_session, upgrade_database
+from mlx_server.database import SessionDep, background_session, database_status, upgrade_database
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
 from mlx_server.main import create_app as create_server_app
@@ -268,6 +268,7 @@ __all__ = [
     "RuleIn",
     "SamplingParams",
     "ServingProcess",
+    "SessionDep",
     "SettingsSlot",
     "SlidingWindow",
     "SpeechStream",
@@ -293,6 +294,7 @@ __all__ = [
     "audit_retention",
     "audit_service",
     "backend_view",
+    "background_session",
     "bench_arguments",
     "benchmark_model",
     "bind_refusal",
@@ -323,10 +325,8 @@ __all__ = [
     "ensure_default_models",
     "expand_user",
     "generate_chat_completion",
-    "get_engine",
     "get_model",
     "get_server_settings",
-    "get_session",
     "health_router",
     "import_gguf",
     "import_whisper",

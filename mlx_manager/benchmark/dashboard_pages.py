@@ -77,14 +77,14 @@ def _time(call: Callable[[], float | None], runs: int) -> list[float]:
 
 def _measure(rows: int, runs: int) -> list[tuple[str, int, list[float]]]:
     from fastapi.testclient import TestClient
-    from sqlmodel import Session, col, select
+    from sqlmodel import col, select
 
     from mlx_manager.main import create_app
-    from mlx_server.facade import AuditLog, get_engine
+    from mlx_server.facade import AuditLog, background_session
 
     results: list[tuple[str, int, list[float]]] = []
     with TestClient(create_app()) as client:
-        with Session(get_engine()) as session:
+        with background_session() as session:
             session.add_all(_rows(rows))
             session.commit()
             ids = list(session.exec(select(AuditLog.id).order_by(col(AuditLog.id))).all())
@@ -151,12 +151,11 @@ def _audit_pages(page: Page, first_byte: Page, ids: list[int | None], rows: int)
 def _pages_with_ids(page: Callable[[str, str], None]) -> set[str]:
     """The model detail page and a 40-message conversation (with reasoning, a tool call and code
     to highlight), on records made for the run; returns the routes timed."""
-    from sqlmodel import Session
 
     from mlx_manager.services.conversations import add_message, create_conversation
-    from mlx_server.facade import ModelRecord, ModelSource, get_engine
+    from mlx_server.facade import ModelRecord, ModelSource, background_session
 
-    with Session(get_engine(), expire_on_commit=False) as session:
+    with background_session(expire_on_commit=False) as session:
         session.add(
             ModelRecord(id="bench-model", source=ModelSource.LOCAL, path="/nonexistent", size_bytes=1)
         )

@@ -21,7 +21,6 @@ from mlx_server.facade import (
     audit_service,
     count_audit_rows,
     distinct_values,
-    get_engine,
     latest_id,
     page_before,
     set_audit_retention,
@@ -95,13 +94,8 @@ def export_jsonl(request: Request) -> Response:
     return _export(request, "jsonl", "application/x-ndjson")
 
 
-def _latest_id() -> int:
-    with Session(get_engine()) as session:
-        return latest_id(session)
-
-
 @router.get("/events")
-async def audit_events(request: Request) -> Response:
+async def audit_events(request: Request, session: SessionDep) -> Response:
     """Server-sent events: rendered rows matching the filters, recorded after `after_id`.
 
     A reconnecting EventSource sends Last-Event-ID (the last row it got), which wins.
@@ -121,7 +115,8 @@ async def audit_events(request: Request) -> Response:
     elif query.after_id is not None:
         after_id = query.after_id
     else:
-        after_id = await run_in_threadpool(_latest_id)
+        after_id = await run_in_threadpool(latest_id, session)
+    session.close()  # the tail may last hours: it reads with short sessions of its own
     return EventSourceResponse(
         live_tail(query.filters, after_id, _table_rows), ping=15, headers={"Cache-Control": "no-cache"}
     )

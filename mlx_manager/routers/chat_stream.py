@@ -19,7 +19,7 @@ from sqlmodel import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.datastructures import FormData, UploadFile
 
-from mlx_manager.deps import RowId
+from mlx_manager.deps import RowId, SessionDep
 from mlx_manager.records import Conversation
 from mlx_manager.services.chat_images import remove_unreferenced, store_images, vision_model_ids
 from mlx_manager.services.chat_jobs import ChatJob, follow, get_chat_jobs
@@ -40,7 +40,7 @@ from mlx_manager.services.forms import FormError
 from mlx_manager.services.jobs import JobRunning
 from mlx_manager.web.chat_pages import chat_response, thread_html, turn_html
 from mlx_manager.web.templating import wants_fragment
-from mlx_server.facade import get_engine, get_model, remote_model_ids
+from mlx_server.facade import get_model, remote_model_ids
 
 router = APIRouter(prefix="/chat")
 ComposerForm = Annotated[ChatForm, Form()]
@@ -50,30 +50,29 @@ STOP_SECONDS = 10  # a stopped reply ends within a token; the answer shows it sa
 
 
 @router.post("/send", response_class=HTMLResponse)
-async def send_first(request: Request, form: ComposerForm) -> Response:
+async def send_first(request: Request, session: SessionDep, form: ComposerForm) -> Response:
     """The first message of a new chat: the conversation is created with it."""
     uploads = await _uploads(await request.form())
-    with Session(get_engine(), expire_on_commit=False) as session:
-        try:
-            options, model_id, content = _composer(session, form, uploads)
-            images = store_images(uploads)
-        except (FormError, OptionsError) as exc:
-            return chat_response(request, session, None, error=str(exc), status=400, draft=form.content)
-        conversation = create_conversation(
-            session,
-            model_id=model_id,
-            system_prompt=form.system_prompt or None,
-            parameters=options.stored(),
-        )
-        add_message(session, conversation, "user", content, images=images or None)
-        assert conversation.id is not None
-        _start(conversation.id, options)
+    try:
+        options, model_id, content = _composer(session, form, uploads)
+        images = store_images(uploads)
+    except (FormError, OptionsError) as exc:
+        return chat_response(request, session, None, error=str(exc), status=400, draft=form.content)
+    conversation = create_conversation(
+        session,
+        model_id=model_id,
+        system_prompt=form.system_prompt or None,
+        parameters=options.stored(),
+    )
+    add_message(session, conversation, "user", content, images=images or None)
+    assert conversation.id is not None
+    _start(conversation.id, options)
     # A new page (its URL, title and sidebar entry): htmx follows the redirect like a link.
     return RedirectResponse(f"/chat/{conversation.id}", status_code=303)
 
 
 @router.post("/{conversation_id}/send", response_class=HTMLResponse)
-async def send(request: Request, conversation_id: RowId, form: ComposerForm) -> Response:
+async def send(request: Request, session: SessionDep, conversation_id: RowId, form: ComposerForm) -> Response:
     uploads = await _uploads(await request.form())
 
     def act(session: Session, conversation: Conversation) -> ChatOptions:
@@ -86,22 +85,22 @@ async def send(request: Request, conversation_id: RowId, form: ComposerForm) -> 
         add_message(session, conversation, "user", content, images=images or None)
         return options
 
-    return _when_idle(request, conversation_id, act, draft=form.content)
+    return _when_idle(request, session, conversation_id, act, draft=form.content)
 
 
 @router.post("/{conversation_id}/regenerate", response_class=HTMLResponse)
-async def regenerate(request: Request, conversation_id: RowId) -> Response:
+async def regenerate(request: Request, session: SessionDep, conversation_id: RowId) -> Response:
     """Answer the last user message again (its earlier answers are replaced)."""
 
     def act(session: Session, conversation: Conversation) -> ChatOptions:
         rewind_to(session, conversation, last_user_position(messages_of(session, conversation_id)) + 1)
         return ChatOptions.from_stored(conversation.parameters)
 
-    return _when_idle(request, conversation_id, act)
+    return _when_idle(request, session, conversation_id, act)
 
 
 @router.post("/{conversation_id}/messages/{position}/edit", response_class=HTMLResponse)
-async def edit(request: Request, conversation_id: RowId, position: RowId) -> Response:
+async def edit(request: Request, session: SessionDep, conversation_id: RowId, position: RowId) -> Response:
     """Change a user message and resend from there (everything after it is dropped)."""
     content = _text(await request.form(), "content").strip()
 
@@ -116,11 +115,11 @@ async def edit(request: Request, conversation_id: RowId, position: RowId) -> Res
         remove_unreferenced(session, dropped)
         return ChatOptions.from_stored(conversation.parameters)
 
-    return _when_idle(request, conversation_id, act)
+    return _when_idle(request, session, conversation_id, act)
 
 
 @router.post("/{conversation_id}/tool-result", response_class=HTMLResponse)
-async def tool_result(request: Request, conversation_id: RowId) -> Response:
+async def tool_result(request: Request, session: SessionDep, conversation_id: RowId) -> Response:
     """A result typed for a pending call (manual mode); the turn goes on once all are answered."""
     form = await request.form()
 
@@ -130,21 +129,20 @@ async def tool_result(request: Request, conversation_id: RowId) -> Response:
             return None  # more calls wait for their results
         return ChatOptions.from_stored(conversation.parameters)
 
-    return _when_idle(request, conversation_id, act)
+    return _when_idle(request, session, conversation_id, act)
 
 
 @router.post("/{conversation_id}/stop", response_class=HTMLResponse)
-async def stop(request: Request, conversation_id: RowId) -> Response:
+async def stop(request: Request, session: SessionDep, conversation_id: RowId) -> Response:
     """Stop the reply being generated; it is kept, marked stopped."""
     job = get_chat_jobs().running(conversation_id)
     if job is not None:
         job.stop.set()
         await job.ended_within(STOP_SECONDS)
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        if conversation is None:
-            return chat_response(request, session, None, error="There is no such conversation.", status=404)
-        return _answer(request, session, conversation)
+    conversation = get_conversation(session, conversation_id)
+    if conversation is None:
+        return chat_response(request, session, None, error="There is no such conversation.", status=404)
+    return _answer(request, session, conversation)
 
 
 @router.get("/{conversation_id}/events")
@@ -197,6 +195,7 @@ async def _uploads(form: FormData) -> list[tuple[str, bytes]]:
 
 def _when_idle(
     request: Request,
+    session: Session,
     conversation_id: int,
     act: Callable[[Session, Conversation], ChatOptions | None],
     *,
@@ -205,20 +204,19 @@ def _when_idle(
     """Run `act` on the conversation if it exists and no reply is being generated for it, then
     start the turn with the options it returns (None: nothing to generate yet). A ValueError
     from `act` is the refusal the page shows (400), the message the user typed kept."""
-    with Session(get_engine(), expire_on_commit=False) as session:
-        conversation = get_conversation(session, conversation_id)
-        if conversation is None:
-            return chat_response(request, session, None, error="There is no such conversation.", status=404)
-        if get_chat_jobs().running(conversation_id):
-            message = "Stop the reply being generated first."
-            return chat_response(request, session, conversation, error=message, status=409)
-        try:
-            options = act(session, conversation)
-        except ValueError as exc:  # FormError, OptionsError, ConversationError
-            return chat_response(request, session, conversation, error=str(exc), status=400, draft=draft)
-        if options is None:
-            return _answer(request, session, conversation)
-        return _started(request, session, conversation, options)
+    conversation = get_conversation(session, conversation_id)
+    if conversation is None:
+        return chat_response(request, session, None, error="There is no such conversation.", status=404)
+    if get_chat_jobs().running(conversation_id):
+        message = "Stop the reply being generated first."
+        return chat_response(request, session, conversation, error=message, status=409)
+    try:
+        options = act(session, conversation)
+    except ValueError as exc:  # FormError, OptionsError, ConversationError
+        return chat_response(request, session, conversation, error=str(exc), status=400, draft=draft)
+    if options is None:
+        return _answer(request, session, conversation)
+    return _started(request, session, conversation, options)
 
 
 def _start(conversation_id: int, options: ChatOptions) -> ChatJob:

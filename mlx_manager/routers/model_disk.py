@@ -20,7 +20,7 @@ from mlx_manager.services.local_models import added_how
 from mlx_manager.services.model_discovery import model_folders, save_model_folders, scan_models
 from mlx_manager.services.settings_store import SettingError
 from mlx_manager.web.templating import render, templates, wants_fragment
-from mlx_server.facade import CONVERT_BITS, CONVERT_GROUP_SIZES, APIError, add_model_from_disk, get_engine
+from mlx_server.facade import CONVERT_BITS, CONVERT_GROUP_SIZES, APIError, add_model_from_disk
 
 router = APIRouter(prefix="/models")
 
@@ -39,14 +39,9 @@ def _discovered(request: Request, session: Session, *, status: int = 200, **cont
 
 
 @router.get("/discovered", response_class=HTMLResponse)
-async def discovered(request: Request) -> HTMLResponse:
+async def discovered(request: Request, session: SessionDep) -> HTMLResponse:
     """Models on this machine that are not registered (a walk of the disk: off the loop)."""
-
-    def scan() -> HTMLResponse:
-        with Session(get_engine()) as session:
-            return _discovered(request, session)
-
-    return await asyncio.to_thread(scan)
+    return await asyncio.to_thread(_discovered, request, session)
 
 
 @router.post("/folders", response_class=HTMLResponse)
@@ -64,12 +59,13 @@ def save_folders(
 @router.post("/discovered/add", response_class=HTMLResponse)
 async def add_found(
     request: Request,
+    session: SessionDep,
     path: Annotated[str, Form(max_length=4096)],
     model_id: Annotated[str, Form(max_length=255)] = "",
 ) -> Response:
     """One click: register a found model where it is, then probe it; answers with its row."""
     try:
-        record = await add_model_from_disk(path, model_id.strip() or None)
+        record = await add_model_from_disk(session, path, model_id.strip() or None)
     except APIError as exc:
         refusal = {"error": exc.message, "path": path}
         return templates.TemplateResponse(request, ADDED, refusal, status_code=exc.status)
@@ -89,6 +85,7 @@ def convert_form(request: Request, path: str = "", model_id: str = "") -> HTMLRe
 @router.post("/convert", response_class=HTMLResponse)
 async def start_convert(
     request: Request,
+    session: SessionDep,
     path: Annotated[str, Form(max_length=4096)],
     bits: Annotated[int, Form()] = 4,
     group_size: Annotated[int, Form()] = 64,
@@ -97,7 +94,7 @@ async def start_convert(
     """Check the checkpoint at once (a clear error for what cannot be converted), then convert
     in the background; the job's widget follows it."""
     try:
-        job = start_conversion(path, bits=bits, group_size=group_size, model_id=model_id)
+        job = start_conversion(session, path, bits=bits, group_size=group_size, model_id=model_id)
     except APIError as exc:
         shown = {"path": path, "model_id": model_id, "chosen_bits": bits, "chosen_group_size": group_size}
         refused = render(

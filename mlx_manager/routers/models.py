@@ -44,7 +44,6 @@ from mlx_server.facade import (
     ModelStoreError,
     adapter_views,
     add_model_from_disk,
-    get_engine,
     get_model,
     get_server_settings,
     import_gguf,
@@ -194,8 +193,7 @@ async def import_model(
     models_dir = get_server_settings().models_dir
 
     def run() -> str:
-        with Session(get_engine()) as db:
-            return import_gguf(db, gguf, models_dir, model_id.strip() or None, quantization=quantization).id
+        return import_gguf(session, gguf, models_dir, model_id.strip() or None, quantization=quantization).id
 
     try:
         imported = await asyncio.to_thread(run)
@@ -215,7 +213,9 @@ async def add_from_disk(
     """Register a model directory where it is (or copied, with the box ticked) or convert a GGUF
     file, then probe it in the background."""
     try:
-        record = await add_model_from_disk(path.strip(), model_id.strip() or None, copy=bool(copy_files))
+        record = await add_model_from_disk(
+            session, path.strip(), model_id.strip() or None, copy=bool(copy_files)
+        )
     except APIError as exc:
         return _page(request, session, error=exc.message, status=exc.status)
     return _page(request, session, message=f"Added {record.id} ({added_how(record)}); probing it now.")
@@ -234,9 +234,9 @@ async def pool_action(request: Request, session: SessionDep, model_id: str) -> R
         if action in ("load", "pin"):
             await load_model(model_id, pin=action == "pin")
         elif action == "unpin":
-            set_pinned(model_id, False)
+            set_pinned(session, model_id, False)
         else:
-            await unload_model(model_id)
+            await unload_model(session, model_id)
     except APIError as exc:
         return _row(request, session, model_id, error=exc.message)
     return _row(request, session, model_id)
@@ -295,6 +295,7 @@ async def probe_events(request: Request, session: SessionDep, model_id: str) -> 
 
 def _detail(
     request: Request,
+    session: Session,
     model: LocalModel,
     *,
     status: int = 200,
@@ -302,8 +303,8 @@ def _detail(
     **context: Any,
 ) -> HTMLResponse:
     """The model page, or one of its sections for htmx; text models have generation options."""
-    view = options_view(model.id) if model.model_type == "text-gen" else None
-    context.setdefault("defaults_inputs", defaults_inputs(model_defaults(model.id)))
+    view = options_view(session, model.id) if model.model_type == "text-gen" else None
+    context.setdefault("defaults_inputs", defaults_inputs(model_defaults(session, model.id)))
     return render(
         request,
         "model_detail.html",
@@ -313,7 +314,7 @@ def _detail(
         job=get_probe_jobs().get(model.id),
         view=view,
         # LoRA adapters over a text model (routers/lora_adapters.py).
-        adapters=adapter_views(model.id) if model.model_type == "text-gen" else None,
+        adapters=adapter_views(session, model.id) if model.model_type == "text-gen" else None,
         base_model=model.id,
         **context,
     )
@@ -334,12 +335,12 @@ async def save_options(
         return _page(request, session, error=_missing(model_id), status=404)
     try:
         fields = {"draft_model": draft_model, "kv_bits": kv_bits, "kv_group_size": kv_group_size}
-        message = await save_options_form(model_id, **fields)
+        message = await save_options_form(session, model_id, **fields)
     except (APIError, ValueError) as exc:
-        return _detail(request, model, status=400, error=getattr(exc, "message", str(exc)))
+        return _detail(request, session, model, status=400, error=getattr(exc, "message", str(exc)))
     if not wants_fragment(request):
         return RedirectResponse(f"/models/{model_id}", status_code=303)
-    return _detail(request, local_model(session, model_id) or model, message=message)
+    return _detail(request, session, local_model(session, model_id) or model, message=message)
 
 
 @router.post("/{model_id:path}/defaults", response_class=HTMLResponse)
@@ -351,17 +352,17 @@ async def save_defaults(request: Request, session: SessionDep, model_id: str) ->
     form = {key: value for key, value in (await request.form()).items() if isinstance(value, str)}
     partial = "partials/model_defaults.html"
     try:
-        save_defaults_form(model_id, form)
+        save_defaults_form(session, model_id, form)
     except (ModelDefaultsError, APIError) as exc:
         inputs = {key: form.get(key, "") for key in FIELDS}
         error = getattr(exc, "message", str(exc))
         return _detail(
-            request, model, status=400, partial=partial, defaults_error=error, defaults_inputs=inputs
+            request, session, model, status=400, partial=partial, defaults_error=error, defaults_inputs=inputs
         )
     if not wants_fragment(request):
         return RedirectResponse(f"/models/{model_id}", status_code=303)
     return _detail(
-        request, model, partial=partial, defaults_message="Saved; they apply from the next request."
+        request, session, model, partial=partial, defaults_message="Saved; they apply from the next request."
     )
 
 
@@ -374,6 +375,7 @@ def model_detail(request: Request, session: SessionDep, model_id: str) -> HTMLRe
         return _page(request, session, error=_missing(model_id), status=404)
     return _detail(
         request,
+        session,
         model,
         bench_job=get_benchmark_jobs().get(model.id),
         benchmark_runs=benchmark_rows(session, model.id),

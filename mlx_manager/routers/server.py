@@ -9,7 +9,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlmodel import Session
 
+from mlx_manager.deps import SessionDep
 from mlx_manager.web.charts import DEFAULT_MINUTES, SPANS, engine_charts
 from mlx_manager.web.templating import render, templates, wants_fragment
 from mlx_server.facade import (
@@ -41,6 +43,7 @@ def _charts(minutes: int) -> dict[str, Any]:
 
 def _page(
     request: Request,
+    session: Session,
     *,
     message: str | None = None,
     error: str | None = None,
@@ -51,7 +54,7 @@ def _page(
         "server.html",
         "partials/server_pool.html",
         pool=pool_status(),
-        limits=pool_limits(),
+        limits=pool_limits(session),
         message=message,
         error=error,
         status_code=400 if error else 200,
@@ -60,8 +63,8 @@ def _page(
 
 
 @router.get("", response_class=HTMLResponse)
-def server_page(request: Request, minutes: int = DEFAULT_MINUTES) -> HTMLResponse:
-    return _page(request, minutes=minutes)
+def server_page(request: Request, session: SessionDep, minutes: int = DEFAULT_MINUTES) -> HTMLResponse:
+    return _page(request, session, minutes=minutes)
 
 
 @router.get("/charts", response_class=HTMLResponse)
@@ -78,30 +81,33 @@ def pool_indicator(request: Request) -> HTMLResponse:
 @router.post("/limits", response_class=HTMLResponse)
 def set_limits(
     request: Request,
+    session: SessionDep,
     max_memory_gb: Annotated[float, Form()],
     max_models: Annotated[int, Form()],
     idle_ttl_seconds: Annotated[float, Form()],
 ) -> Response:
     try:
-        set_pool_limits(max_memory_gb=max_memory_gb, max_models=max_models, idle_ttl_seconds=idle_ttl_seconds)
+        set_pool_limits(
+            session, max_memory_gb=max_memory_gb, max_models=max_models, idle_ttl_seconds=idle_ttl_seconds
+        )
     except ValueError as exc:
-        return _page(request, error=str(exc))
-    return _done(request, "Limits saved and applied.")
+        return _page(request, session, error=str(exc))
+    return _done(request, session, "Limits saved and applied.")
 
 
 @router.post("/limits/reset", response_class=HTMLResponse)
-def reset_limits(request: Request) -> Response:
-    reset_pool_limits()
-    return _done(request, "Limits are the environment's again.")
+def reset_limits(request: Request, session: SessionDep) -> Response:
+    reset_pool_limits(session)
+    return _done(request, session, "Limits are the environment's again.")
 
 
 @router.post("/unload-all", response_class=HTMLResponse)
-async def unload_all(request: Request) -> Response:
+async def unload_all(request: Request, session: SessionDep) -> Response:
     unloaded = await unload_all_models()
-    return _done(request, f"Unloaded {len(unloaded)} model{'' if len(unloaded) == 1 else 's'}.")
+    return _done(request, session, f"Unloaded {len(unloaded)} model{'' if len(unloaded) == 1 else 's'}.")
 
 
-def _done(request: Request, message: str) -> Response:
+def _done(request: Request, session: Session, message: str) -> Response:
     if wants_fragment(request):
-        return _page(request, message=message)
+        return _page(request, session, message=message)
     return RedirectResponse("/server", status_code=303)  # post/redirect/get for a plain form

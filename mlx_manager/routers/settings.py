@@ -39,7 +39,7 @@ def _context(page: Page) -> dict[str, Any]:
         "bind_warning": not settings.binds_loopback_only,
         "host": settings.host,
         "environment": forms.environment_rows(settings),
-        "pool": forms.pool_section(),
+        "pool": forms.pool_section(session),
         "hub": forms.hub_section(session),
         "generation": forms.generation_section(session),
         # The audit retention partial's names (shared with the audit page).
@@ -95,7 +95,7 @@ def settings_page(page: PageDep, saved: str = "") -> HTMLResponse:
 @router.post("/pool", response_class=HTMLResponse)
 def save_pool(page: PageDep, form: Annotated[forms.PoolForm, Form()]) -> Response:
     """Same limits, same service as the Server page: stored and applied to the pool at once."""
-    return _saved(page, "pool", form, partial(forms.save_pool, form))
+    return _saved(page, "pool", form, partial(forms.save_pool, page.session, form))
 
 
 @router.post("/audit", response_class=HTMLResponse)

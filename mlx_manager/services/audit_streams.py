@@ -22,7 +22,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import suppress
 from typing import Any
 
-from sqlmodel import Session
 from sse_starlette import ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
@@ -31,10 +30,10 @@ from mlx_server.facade import (
     AuditLog,
     AuditState,
     audit_service,
+    background_session,
     bounded,
     clip,
     ended_rows,
-    get_engine,
     iter_batches,
     rows_after,
 )
@@ -101,7 +100,7 @@ def _rows_after(
     filters: AuditFilter, after_id: int, open_ids: list[int]
 ) -> tuple[list[AuditLog], list[AuditLog]]:
     """Rows recorded after the cursor, and those of `open_ids` (sent in flight) that have ended."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         return rows_after(session, filters, after_id=after_id, limit=TAIL_BATCH), ended_rows(
             session, open_ids
         )

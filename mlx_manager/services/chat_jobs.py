@@ -19,13 +19,11 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any, Literal
 
-from sqlmodel import Session
-
 from mlx_manager.records import ConversationMessage
 from mlx_manager.services.conversations import mark_interrupted
 from mlx_manager.services.jobs import Job, JobRegistry
 from mlx_server.facade import Reply as FoldedReply
-from mlx_server.facade import get_engine
+from mlx_server.facade import background_session
 
 logger = logging.getLogger("mlx_manager.chat")
 
@@ -159,7 +157,7 @@ async def chat_services() -> AsyncIterator[None]:
     run is marked interrupted at start; turns still running at shutdown are cancelled (and
     saved as interrupted)."""
     global _jobs
-    with Session(get_engine()) as session:
+    with background_session() as session:
         if count := mark_interrupted(session):
             logger.info("%d chat replies cut by a restart are marked interrupted", count)
     _jobs = ChatJobs()

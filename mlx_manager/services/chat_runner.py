@@ -41,8 +41,8 @@ from mlx_server.facade import (
     ToolCall,
     ToolCallDone,
     ToolChoice,
+    background_session,
     generate_chat_completion,
-    get_engine,
     is_routed_model,
     load_model,
     pool_state,
@@ -55,7 +55,7 @@ async def run_turn(job: ChatJob, options: ChatOptions) -> None:
     """Generate the assistant's reply to the conversation as it stands, then run its tool calls
     (built-in and MCP ones in auto mode) and continue, until a reply without calls, a call waiting for
     a typed result, a stop, or `options.max_depth` rounds."""
-    with Session(get_engine(), expire_on_commit=False) as session:
+    with background_session(expire_on_commit=False) as session:
         conversation = session.get(Conversation, job.conversation_id)
         if conversation is None or not conversation.model_id:
             job.error = "Pick a model first."
@@ -274,7 +274,7 @@ async def _run_tools(
 
 def manual_result(conversation_id: int, tool_call_id: str, content: str) -> ConversationMessage:
     """Store the result a user typed for a pending call (manual mode)."""
-    with Session(get_engine(), expire_on_commit=False) as session:
+    with background_session(expire_on_commit=False) as session:
         conversation = session.get(Conversation, conversation_id)
         if conversation is None:
             raise ValueError("There is no such conversation.")

@@ -57,7 +57,7 @@ def fresh_conversation(session: Session, model_ids: list[str]) -> Conversation:
         parameters={
             **(latest.parameters if latest else ChatOptions().stored()),
             **get_chat_defaults(session),
-            **chat_parameters(model),
+            **chat_parameters(session, model),
         },
     )
 

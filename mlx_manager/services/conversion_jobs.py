@@ -15,6 +15,8 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from sqlmodel import Session
+
 from mlx_manager.services.jobs import Job, JobRegistry
 from mlx_server.facade import (
     APIError,
@@ -69,10 +71,12 @@ def get_convert_jobs() -> ConvertJobs:
 reset_convert_jobs = get_convert_jobs.cache_clear
 
 
-def start_conversion(source: str, *, bits: int, group_size: int, model_id: str = "") -> ConvertJob:
+def start_conversion(
+    session: Session, source: str, *, bits: int, group_size: int, model_id: str = ""
+) -> ConvertJob:
     """Check the request (APIError says what to change), then convert in the background."""
     plan = plan_conversion(
-        Path(source.strip()), bits=bits, group_size=group_size, model_id=model_id.strip() or None
+        session, Path(source.strip()), bits=bits, group_size=group_size, model_id=model_id.strip() or None
     )
     return get_convert_jobs().start(ConvertJob(plan.model_id, plan=plan), _convert)
 

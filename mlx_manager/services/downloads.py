@@ -47,7 +47,7 @@ from mlx_manager.services.hub_cache import CACHED_NOTE, cached_snapshot
 from mlx_manager.services.hub_fetch import DownloadStopped, Snapshot, fetch_snapshot
 from mlx_manager.services.jobs import Job, JobRegistry, JobRunning
 from mlx_manager.services.settings_store import Setting, get_setting
-from mlx_server.facade import ModelRecord, ModelSource, get_engine, get_model, utcnow
+from mlx_server.facade import ModelRecord, ModelSource, background_session, get_model, utcnow
 
 logger = logging.getLogger("mlx_manager.downloads")
 
@@ -99,7 +99,7 @@ class DownloadManager:
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> list[int]:
         """Resume the jobs a previous run left queued or running; returns their ids."""
         self._loop = loop or self._loop
-        with Session(get_engine()) as session:
+        with background_session() as session:
             query = select(DownloadJob.id).where(col(DownloadJob.status).in_(ACTIVE))
             ids = [job_id for job_id in session.exec(query) if job_id is not None]
         for job_id in ids:
@@ -119,7 +119,7 @@ class DownloadManager:
         """Queue a download of `repo_id`; an active one for the same repo is returned instead."""
         try:
             repo_id = check_repo_id(repo_id)
-            with Session(get_engine()) as session:
+            with background_session() as session:
                 active = self._active_job(session, repo_id)
                 config = load_hub_config(session)
             if active is not None:
@@ -129,7 +129,7 @@ class DownloadManager:
                 check_repo(config, repo_id, revision)
         except HubError as exc:
             raise DownloadRefused(exc.status_code, exc.message) from exc
-        with self._lock, Session(get_engine()) as session:
+        with self._lock, background_session() as session:
             active = self._active_job(session, repo_id)  # another request may have queued it meanwhile
             if active is not None:
                 return self.get(active)
@@ -179,7 +179,7 @@ class DownloadManager:
             if self._runs.running(job_id) is not None:
                 raise DownloadRefused(409, f"Download {job_id} is still stopping; try again in a moment.")
             self._refuse_duplicate(state.repo_id)
-            with Session(get_engine()) as session:
+            with background_session() as session:
                 if self._active_job(session, state.repo_id) is not None:
                     raise DownloadRefused(409, f"{state.repo_id} is already being downloaded by another job.")
             self._update(job_id, status=DownloadStatus.QUEUED, error=None)
@@ -190,7 +190,7 @@ class DownloadManager:
         live = self._live(job_id)
         if live is not None:
             return live.state()
-        with Session(get_engine()) as session:
+        with background_session() as session:
             job = session.get(DownloadJob, job_id)
             if job is None:
                 raise DownloadRefused(404, f"There is no download {job_id}; GET /downloads lists them.")
@@ -198,7 +198,7 @@ class DownloadManager:
 
     def list(self, limit: int = 50) -> list[DownloadState]:
         """Recent jobs, newest first, with live progress for running ones."""
-        with Session(get_engine()) as session:
+        with background_session() as session:
             jobs = session.exec(select(DownloadJob).order_by(col(DownloadJob.id).desc()).limit(limit)).all()
             states = [DownloadState.of(job) for job in jobs]
         return [live.state() if (live := self._live(s.id)) else s for s in states]
@@ -241,7 +241,7 @@ class DownloadManager:
         with self._lock:
             if run.stop.is_set() or run.finished:
                 return None
-            with Session(get_engine()) as session:
+            with background_session() as session:
                 job = session.get(DownloadJob, job_id)
                 if job is None or job.status not in ACTIVE:
                     return None
@@ -254,7 +254,7 @@ class DownloadManager:
         state = progress.state()
         config: HubConfig | None = None
         try:
-            with Session(get_engine()) as session:
+            with background_session() as session:
                 config = load_hub_config(session)
             snapshot = fetch_snapshot(config, state.repo_id, state.revision, progress)
             done = self._register(job_id, snapshot)
@@ -274,7 +274,7 @@ class DownloadManager:
 
     def _register(self, job_id: int, snapshot: Snapshot) -> CompletedDownload:
         """The model row and the completed status, in one transaction."""
-        with Session(get_engine()) as session:
+        with background_session() as session:
             job = session.get(DownloadJob, job_id)
             assert job is not None
             record = get_model(session, job.repo_id)
@@ -303,7 +303,7 @@ class DownloadManager:
         for hook, enabled_by in list(_completion_hooks):
             try:
                 if enabled_by is not None:
-                    with Session(get_engine()) as session:
+                    with background_session() as session:
                         if not get_setting(session, enabled_by):
                             continue
                 result = hook(done)
@@ -326,7 +326,7 @@ class DownloadManager:
         return session.exec(query).first()
 
     def _refuse_duplicate(self, repo_id: str) -> None:
-        with Session(get_engine()) as session:
+        with background_session() as session:
             record = get_model(session, repo_id)
         if record is not None:
             raise DownloadRefused(
@@ -337,7 +337,7 @@ class DownloadManager:
 
     def _update(self, job_id: int, *, publish: bool = True, **fields: object) -> DownloadState:
         """Set `fields` on the job's row (and tell subscribers)."""
-        with Session(get_engine()) as session:
+        with background_session() as session:
             job = session.get(DownloadJob, job_id)
             assert job is not None, f"download {job_id} vanished"
             for name, value in fields.items():

@@ -25,9 +25,9 @@ from mlx_server.facade import (
     APIError,
     BenchmarkFigures,
     BenchmarkProgress,
+    background_session,
     benchmark_model,
     check_benchmark,
-    get_engine,
 )
 
 MAX_ROWS = 500  # the table's newest runs
@@ -147,7 +147,7 @@ async def run_benchmark(
 
 
 def save_benchmark(figures: BenchmarkFigures) -> ModelBenchmark:
-    with Session(get_engine()) as session:
+    with background_session() as session:
         row = ModelBenchmark(**asdict(figures))
         session.add(row)
         session.commit()

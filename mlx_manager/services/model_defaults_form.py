@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sqlmodel import Session
+
 from mlx_manager.services.settings_store import MAX_CHAT_TOKENS
 from mlx_server.facade import APIError, ModelDefaults, model_defaults, set_model_defaults
 
@@ -23,7 +25,7 @@ def defaults_inputs(defaults: ModelDefaults) -> dict[str, str]:
     return inputs
 
 
-def save_defaults_form(model_id: str, form: Mapping[str, str]) -> ModelDefaults:
+def save_defaults_form(session: Session, model_id: str, form: Mapping[str, str]) -> ModelDefaults:
     """Replace the model's defaults with the form's; ModelDefaultsError or the server's APIError
     say what to fix."""
     values: dict[str, Any] = {}
@@ -31,16 +33,16 @@ def save_defaults_form(model_id: str, form: Mapping[str, str]) -> ModelDefaults:
         text = form.get(key, "")
         text = text.strip() if key != "system_prompt" else text
         values[key] = THINKING.get(text) if key == "thinking" else (text or None)
-    return set_model_defaults(model_id, ModelDefaults().changed(values))
+    return set_model_defaults(session, model_id, ModelDefaults().changed(values))
 
 
-def chat_parameters(model_id: str | None) -> dict[str, Any]:
+def chat_parameters(session: Session, model_id: str | None) -> dict[str, Any]:
     """What a new playground chat with `model_id` takes from its defaults (sampling, max tokens,
     thinking); the system prompt and the rest apply in the pipeline when the chat leaves them out."""
     if model_id is None:
         return {}
     try:
-        defaults = model_defaults(model_id)
+        defaults = model_defaults(session, model_id)
     except APIError:  # the model is gone
         return {}
     found: dict[str, Any] = {key: getattr(defaults, key) for key in CHAT_PARAMETERS}

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sqlmodel import Session
+
 from mlx_server.facade import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -28,9 +30,10 @@ class OptionsView:
     loaded: dict[str, Any] | None
 
 
-def options_view(model_id: str) -> OptionsView:
+def options_view(session: Session, model_id: str) -> OptionsView:
     loaded = next((m for m in pool_status()["models"] if m["id"] == model_id), None)
-    return OptionsView(model_options(model_id), draft_candidates(model_id), KV_BITS, KV_GROUP_SIZES, loaded)
+    options, candidates = model_options(session, model_id), draft_candidates(session, model_id)
+    return OptionsView(options, candidates, KV_BITS, KV_GROUP_SIZES, loaded)
 
 
 def _number(value: str, name: str) -> int | None:
@@ -43,10 +46,13 @@ def _number(value: str, name: str) -> int | None:
         raise ValueError(f"{name} must be a whole number, not {value!r}.") from None
 
 
-async def save_options_form(model_id: str, *, draft_model: str, kv_bits: str, kv_group_size: str) -> str:
+async def save_options_form(
+    session: Session, model_id: str, *, draft_model: str, kv_bits: str, kv_group_size: str
+) -> str:
     """Set the options from the form's fields; the message for the page. Raises ValueError or
     the server's APIError with what to fix."""
     options = await set_model_options(
+        session,
         model_id,
         draft_model=draft_model.strip() or None,
         kv_bits=_number(kv_bits, "KV cache bits"),

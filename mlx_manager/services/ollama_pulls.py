@@ -8,11 +8,9 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 
-from sqlmodel import Session
-
 from mlx_manager.services.download_state import DownloadRefused, DownloadState
 from mlx_manager.services.pulls import follow_pull, start_pull
-from mlx_server.facade import PullProgress, get_engine, get_model, set_model_puller
+from mlx_server.facade import PullProgress, background_session, get_model, set_model_puller
 
 
 def _progress(state: DownloadState) -> PullProgress:
@@ -29,7 +27,7 @@ async def pull_progress(repo_id: str) -> AsyncGenerator[PullProgress, None]:
     """Start (or resume, or join) the repo's download as `mlx-manager pull` does and follow it
     until it ends; a model already registered under that id is done at once, as Ollama answers
     a pull of a model it has."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         if get_model(session, repo_id) is not None:
             yield PullProgress(status="completed", model_id=repo_id)
             return

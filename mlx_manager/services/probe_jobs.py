@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
 
-from sqlmodel import Session
-
 from mlx_manager.services.downloads import CompletedDownload, add_completion_hook, remove_completion_hook
 from mlx_manager.services.jobs import Job, JobRegistry
 from mlx_manager.services.settings_store import AUTO_PROBE, get_setting
@@ -24,7 +22,7 @@ from mlx_server.facade import (
     APIError,
     ModelCapabilities,
     ProbeStep,
-    get_engine,
+    background_session,
     probe_model,
     set_probe_starter,
 )
@@ -117,7 +115,7 @@ async def probe_services(probe_first: Sequence[str] = ()) -> AsyncIterator[None]
 async def probe_in_turn(model_ids: Sequence[str]) -> None:
     """Probe `model_ids` one at a time (each probe loads its model and runs it: side by side
     they would only share the MLX thread), while the auto-probe setting is on."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         if not get_setting(session, AUTO_PROBE):
             return
     for model_id in model_ids:

@@ -13,14 +13,13 @@ from collections.abc import AsyncIterator
 from typing import Literal
 
 from pydantic import BaseModel
-from sqlmodel import Session
 
 from mlx_manager.records import DownloadStatus
 from mlx_manager.services.download_state import DownloadEvent, DownloadState
 from mlx_manager.services.downloads import get_download_manager
 from mlx_manager.services.probe_jobs import ProbeJob, get_probe_jobs
 from mlx_manager.services.settings_store import AUTO_PROBE, get_setting
-from mlx_server.facade import get_engine
+from mlx_server.facade import background_session
 
 # The completion hook starts the probe within milliseconds; a probe not seen by then never comes
 # (the app restarted between the download and the hook).
@@ -93,7 +92,7 @@ async def follow_pull(job_id: int) -> AsyncIterator[PullState]:
 
 async def _follow_probe(model_id: str, since: float) -> AsyncIterator[PullProbe]:
     """The probe the completion hook started for `model_id` (a job begun after `since`)."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         if not get_setting(session, AUTO_PROBE):
             yield PullProbe(status="off")
             return

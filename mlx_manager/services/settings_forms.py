@@ -103,8 +103,8 @@ def _sentence(message: str) -> str:
 # --- Pool: the limits pool_admin stores and applies live (shared with the Server page) ---
 
 
-def pool_section() -> dict[str, Any]:
-    limits = pool_limits()
+def pool_section(session: Session) -> dict[str, Any]:
+    limits = pool_limits(session)
     values = {
         "max_memory_gb": f"{round(limits.max_memory_gb, 2):g}",
         "max_models": str(limits.max_models),
@@ -113,12 +113,13 @@ def pool_section() -> dict[str, Any]:
     return {"inputs": values, "overridden": sorted(limits.overridden)}
 
 
-def save_pool(form: PoolForm) -> str:
+def save_pool(session: Session, form: PoolForm) -> str:
     if form.reset:
-        reset_pool_limits()
+        reset_pool_limits(session)
         return "Pool limits are the environment's again."
     try:
         set_pool_limits(
+            session,
             max_memory_gb=_float(form.max_memory_gb, "Memory budget"),
             max_models=_int(form.max_models, "Max models"),
             idle_ttl_seconds=_float(form.idle_ttl_seconds, "Idle unload"),

@@ -13,7 +13,7 @@ from mlx_manager.services.chat_jobs import ChatJob
 from mlx_manager.services.chat_view import page_context, thread_context, turn_context
 from mlx_manager.services.conversations import get_conversation
 from mlx_manager.web.templating import render, templates, wants_fragment
-from mlx_server.facade import get_engine
+from mlx_server.facade import background_session
 
 
 def chat_response(
@@ -48,7 +48,7 @@ def turn_html(request: Request, job: ChatJob) -> str:
 
 def thread_html(request: Request, conversation_id: int) -> str:
     """The conversation's thread as the turn ended (the "done" event), the Send button out of band."""
-    with Session(get_engine(), expire_on_commit=False) as session:
+    with background_session(expire_on_commit=False) as session:
         conversation = get_conversation(session, conversation_id)
         if conversation is None:
             return ""

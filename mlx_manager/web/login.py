@@ -13,13 +13,12 @@ from http.cookies import SimpleCookie
 from urllib.parse import quote
 
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
-from sqlmodel import Session
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import SESSION_COOKIE, session_is_valid
-from mlx_server.facade import get_engine
+from mlx_server.facade import background_session
 
 OPEN_PREFIXES = ("/v1", "/api/", "/static/")
 OPEN_PATHS = frozenset({"/health", "/login", "/login/setup", "/logout", "/favicon.ico"})
@@ -64,7 +63,7 @@ class LoginMiddleware:
         if cookie is None:
             logged_in = False
         else:
-            with Session(get_engine()) as session:
+            with background_session() as session:
                 logged_in = session_is_valid(session, cookie)
         scope.setdefault("state", {})[LOGGED_IN_STATE] = logged_in
         if logged_in or path in OPEN_PATHS | SELF_CHECKED_PATHS or not self.settings().login_required:

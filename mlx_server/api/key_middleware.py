@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlx_server.api.audit_middleware import audit_details, full_path, is_audited
 from mlx_server.api.error_shapes import shaped_error
 from mlx_server.config import MLXServerSettings, get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.records import ApiKey, ApiKeyScope
 from mlx_server.services.operations.api_keys import (
@@ -83,7 +83,7 @@ class ApiKeyMiddleware:
         if not is_audited(path):  # /v1/health and anything outside /v1 and /api need no key
             await self.app(scope, receive, send)
             return
-        with Session(get_engine()) as session:
+        with background_session() as session:
             key, error = check_key(session, sent_key(Headers(scope=scope)), path, self.settings().host)
         if key is not None:
             audit_details(Request(scope)).key_name = key.name

@@ -19,7 +19,7 @@ from sqlmodel import Session
 
 from mlx_server.api.key_middleware import sent_key
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import SessionDep
 from mlx_server.records import ApiKeyScope
 from mlx_server.services.operations.api_keys import KeyState, find_api_key, key_state, keys_required
 from mlx_server.services.operations.metrics import ServerMetrics
@@ -36,19 +36,18 @@ class PageAccess:
     login_required: Callable[[], bool]
 
 
-def metrics_refusal(request: Request, page_access: PageAccess | None) -> Response | None:
+def metrics_refusal(session: Session, request: Request, page_access: PageAccess | None) -> Response | None:
     """Why this scrape is refused (401/403, plain text), or None when it may have the metrics."""
     settings = get_settings()
     if settings.metrics_public or (page_access is not None and page_access.logged_in(request)):
         return None
     secret = sent_key(request.headers)
     open_pages = page_access is None or not page_access.login_required()
-    with Session(get_engine()) as session:
-        if open_pages and not keys_required(session, settings.host):
-            return None
-        key = find_api_key(session, secret) if secret else None
-        state = key_state(key) if key is not None else None
-        scope = key.scope if key is not None else None
+    if open_pages and not keys_required(session, settings.host):
+        return None
+    key = find_api_key(session, secret) if secret else None
+    state = key_state(key) if key is not None else None
+    scope = key.scope if key is not None else None
     if key is None or state is not KeyState.ACTIVE:
         problem = "The API key is not valid or no longer active" if secret else "No API key was sent"
         return PlainTextResponse(
@@ -71,8 +70,10 @@ def metrics_router(metrics: ServerMetrics, page_access: PageAccess | None = None
     router = APIRouter()
 
     @router.get("/metrics", include_in_schema=False)
-    async def scrape(request: Request) -> Response:  # on the loop, where the pool is changed
-        refusal = metrics_refusal(request, page_access)
+    async def scrape(
+        request: Request, session: SessionDep
+    ) -> Response:  # on the loop, where the pool is changed
+        refusal = metrics_refusal(session, request, page_access)
         if refusal is not None:
             return refusal
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

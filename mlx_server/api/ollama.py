@@ -18,11 +18,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from sqlmodel import Session
 
 from mlx_server.api.audit_middleware import audit_details, audit_stats
 from mlx_server.api.sse import ndjson_stream
-from mlx_server.database import get_engine
+from mlx_server.database import SessionDep
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.pool import get_model_pool
@@ -84,19 +83,19 @@ def version() -> dict[str, str]:
 
 
 @router.get("/tags")
-def list_models() -> dict[str, Any]:
-    return ollama_models.tags()
+def list_models(session: SessionDep) -> dict[str, Any]:
+    return ollama_models.tags(session)
 
 
 @router.get("/ps")
-def running_models() -> dict[str, Any]:
-    return ollama_models.running()
+def running_models(session: SessionDep) -> dict[str, Any]:
+    return ollama_models.running(session)
 
 
 @router.post("/show")
-def show_model(body: OllamaShowRequest, request: Request) -> dict[str, Any]:
+def show_model(session: SessionDep, body: OllamaShowRequest, request: Request) -> dict[str, Any]:
     model = audit_details(request).model = ollama_model(body.model)
-    return ollama_models.show(model)
+    return ollama_models.show(session, model)
 
 
 @router.post("/chat", response_model=None)
@@ -213,7 +212,7 @@ async def pull(body: OllamaPullRequest, request: Request) -> Response:
 
 
 @router.delete("/delete")
-async def delete(body: OllamaDeleteRequest, request: Request) -> Response:
+async def delete(session: SessionDep, body: OllamaDeleteRequest, request: Request) -> Response:
     """Unregister a model and remove the files that are ours (a copy's files stay for the other
     name). A loaded model is unloaded first, unless it is pinned or serving a request."""
     model = audit_details(request).model = ollama_model(body.model)
@@ -225,36 +224,28 @@ async def delete(body: OllamaDeleteRequest, request: Request) -> Response:
     if loaded is not None:
         await pool.unload(model)
     try:
-        await asyncio.to_thread(_delete, model)
+        await asyncio.to_thread(delete_model, session, model)
     except ModelStoreError as exc:
         raise APIError(409, str(exc), param="model") from exc
     return Response(status_code=200)
 
 
-def _delete(model_id: str) -> None:
-    with Session(get_engine()) as session:
-        delete_model(session, model_id)
-
-
 @router.post("/copy")
-def copy(body: OllamaCopyRequest, request: Request) -> Response:
+def copy(session: SessionDep, body: OllamaCopyRequest, request: Request) -> Response:
     """A second name for the same files (nothing is copied); an existing name is refused."""
     source = audit_details(request).model = ollama_model(body.source)
     destination = body.destination.removesuffix(":latest")
-    with Session(get_engine()) as session:
-        if get_model(session, destination) is not None:
-            raise APIError(
-                409, f"A model named {destination!r} exists; delete it first.", param="destination"
-            )
-        try:
-            copy_model(session, source, destination)
-        except ModelStoreError as exc:
-            raise APIError(400, str(exc), param="destination") from exc
+    if get_model(session, destination) is not None:
+        raise APIError(409, f"A model named {destination!r} exists; delete it first.", param="destination")
+    try:
+        copy_model(session, source, destination)
+    except ModelStoreError as exc:
+        raise APIError(400, str(exc), param="destination") from exc
     return Response(status_code=200)
 
 
 @router.post("/create", response_model=None)
-async def create(body: OllamaCreateRequest, request: Request) -> Response:
+async def create(session: SessionDep, body: OllamaCreateRequest, request: Request) -> Response:
     """A named preset of a model (a Modelfile's FROM, SYSTEM and PARAMETER lines): a second name
     for its files with its own defaults (services/operations/model_presets.py)."""
     details = audit_details(request)
@@ -274,7 +265,13 @@ async def create(body: OllamaCreateRequest, request: Request) -> Response:
     source = ollama_model(body.from_)
     name = body.model.removesuffix(":latest")
     preset = await asyncio.to_thread(
-        create_preset, name, source, system=body.system, parameters=body.parameters, template=body.template
+        create_preset,
+        session,
+        name,
+        source,
+        system=body.system,
+        parameters=body.parameters,
+        template=body.template,
     )
     if not body.stream:
         return JSONResponse({"status": "success"})

@@ -3,7 +3,7 @@ start, and the response, whole or streamed."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Mapping
 from typing import Any
 
 from fastapi import Request
@@ -26,13 +26,13 @@ def audit_start(request: Request, body: SamplingFields) -> tuple[str, AuditDetai
     return model, details
 
 
-def finished(body: dict[str, Any], details: AuditDetails, stats: CompletionStats) -> Response:
+def finished(body: Mapping[str, Any], details: AuditDetails, stats: CompletionStats) -> Response:
     audit_stats(details, stats)
     return JSONResponse(body)
 
 
 def streamed(
-    chunks: AsyncIterable[dict[str, Any]], details: AuditDetails, stats: CompletionStats
+    chunks: AsyncIterable[Mapping[str, Any]], details: AuditDetails, stats: CompletionStats
 ) -> Response:
     """OpenAI-style server-sent events, the audit row following the stream as it goes."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -56,7 +56,7 @@ async def _guarded(
 
 
 def openai_event_stream(
-    chunks: AsyncIterable[dict[str, Any]],
+    chunks: AsyncIterable[Mapping[str, Any]],
     *,
     on_progress: Callable[[], None] | None = None,
     on_error: Callable[[str], None] | None = None,

@@ -151,13 +151,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="mlx-bench-vision-") as home:
         os.environ["MLX_MANAGER_HOME"] = home
-        from sqlmodel import Session
 
-        from mlx_server.database import get_engine, upgrade_database
+        from mlx_server.database import background_session, upgrade_database
         from mlx_server.records import ModelRecord, ModelSource
 
         upgrade_database()
-        with Session(get_engine()) as session:
+        with background_session() as session:
             session.add(ModelRecord(id=MODEL_ID, source=ModelSource.LOCAL, path=str(args.model.resolve())))
             session.commit()
         with_image, without, parts = asyncio.run(measure(args.runs))

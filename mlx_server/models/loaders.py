@@ -14,9 +14,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import Session
-
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.adapters import ModelAdapter, create_adapter
 from mlx_server.models.cpu_weights import load_text_model, loaded_bytes_estimate
@@ -159,7 +157,7 @@ def generation_options(loaded: LoadedModel) -> dict[str, Any]:
 
 
 def read_spec(model_id: str) -> ModelSpec:
-    with Session(get_engine()) as session:
+    with background_session() as session:
         record = session.get(ModelRecord, model_id)
         lora = find_adapter(session, model_id) if record is None else None
         if lora is not None:  # "<base>+<adapter>": the base's files, type and capabilities
@@ -204,7 +202,7 @@ def _draft_spec(record: ModelRecord) -> DraftSpec | None:
     """The draft set for `record`, if its files are still there (else it loads without one)."""
     if record.draft_model is None:
         return None
-    with Session(get_engine()) as session:
+    with background_session() as session:
         draft = session.get(ModelRecord, record.draft_model)
     if draft is None or not (Path(draft.path) / "config.json").is_file():
         logger.warning("draft model %s of %s is gone: loading without it", record.draft_model, record.id)

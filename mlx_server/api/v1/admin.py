@@ -88,13 +88,13 @@ async def load(model_id: str, pin: bool = True) -> dict[str, Any]:
 
 
 @router.post("/models/{model_id:path}/pin")
-def pin(model_id: str) -> dict[str, Any]:
-    return set_pinned(model_id, True)
+def pin(session: SessionDep, model_id: str) -> dict[str, Any]:
+    return set_pinned(session, model_id, True)
 
 
 @router.post("/models/{model_id:path}/unpin")
-def unpin(model_id: str) -> dict[str, Any]:
-    return set_pinned(model_id, False)
+def unpin(session: SessionDep, model_id: str) -> dict[str, Any]:
+    return set_pinned(session, model_id, False)
 
 
 class ModelOptionsUpdate(TextOnly):
@@ -112,19 +112,19 @@ class ModelOptionsUpdate(TextOnly):
 
 
 @router.get("/models/{model_id:path}/options")
-def get_model_options(model_id: str) -> ModelOptions:
+def get_model_options(session: SessionDep, model_id: str) -> ModelOptions:
     """The model's generation options: its draft model and KV cache quantization."""
-    return model_options(model_id)
+    return model_options(session, model_id)
 
 
 @router.patch("/models/{model_id:path}/options")
-async def patch_model_options(model_id: str, body: ModelOptionsUpdate) -> ModelOptions:
+async def patch_model_options(session: SessionDep, model_id: str, body: ModelOptionsUpdate) -> ModelOptions:
     """Set the draft model (speculative decoding) and KV cache quantization; a loaded model
     reloads with them (409 while it serves requests)."""
-    return await update_model_options(model_id, body.model_dump(exclude_unset=True))
+    return await update_model_options(session, model_id, body.model_dump(exclude_unset=True))
 
 
 @router.post("/models/{model_id:path}/unload")
-async def unload(model_id: str) -> dict[str, Any]:
+async def unload(session: SessionDep, model_id: str) -> dict[str, Any]:
     """Unload and free the model's memory; refused (409) while it serves requests."""
-    return await unload_model(model_id)
+    return await unload_model(session, model_id)

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlx_server.database import SessionDep
 from mlx_server.schemas.limits import MAX_MODEL_NAME_CHARS, TextOnly
 from mlx_server.services.operations.lora_adapters import (
     AdapterView,
@@ -36,18 +37,18 @@ class AdapterList(BaseModel):
 
 
 @router.get("")
-def list_lora_adapters(base_model: str | None = None) -> AdapterList:
+def list_lora_adapters(session: SessionDep, base_model: str | None = None) -> AdapterList:
     """Registered adapters (all, or over `base_model`) and whether each is loaded."""
-    return AdapterList(data=adapter_views(base_model))
+    return AdapterList(data=adapter_views(session, base_model))
 
 
 @router.post("", status_code=201)
-async def create_lora_adapter(body: AdapterIn) -> AdapterView:
+async def create_lora_adapter(session: SessionDep, body: AdapterIn) -> AdapterView:
     """Register an mlx-lm adapter directory over a base model; 400 when it does not fit it."""
-    return await register_adapter(body.base_model, body.name, body.path)
+    return await register_adapter(session, body.base_model, body.name, body.path)
 
 
 @router.delete("/{model_id:path}")
-async def delete_lora_adapter(model_id: str) -> dict[str, Any]:
+async def delete_lora_adapter(session: SessionDep, model_id: str) -> dict[str, Any]:
     """Unload (409 while it serves requests) and forget an adapter; its files stay."""
-    return await remove_adapter(model_id)
+    return await remove_adapter(session, model_id)

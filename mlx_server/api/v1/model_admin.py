@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlx_server.database import SessionDep
 from mlx_server.models.defaults import ModelDefaults
 from mlx_server.services.operations.model_defaults import (
     model_defaults,
@@ -40,10 +41,10 @@ class AddedModel(BaseModel):
 
 
 @router.post("", status_code=201)
-async def add_model(body: ModelAdd) -> AddedModel:
+async def add_model(session: SessionDep, body: ModelAdd) -> AddedModel:
     """Register an MLX or Hugging Face-layout directory in place (or copied), or convert a GGUF
     file; 400 says why a path cannot be used, 409 when the id or the files are registered."""
-    record = await add_model_from_disk(body.path, body.id, copy=body.copy_files, probe=body.probe)
+    record = await add_model_from_disk(session, body.path, body.id, copy=body.copy_files, probe=body.probe)
     return AddedModel(
         id=record.id,
         source=str(record.source),
@@ -55,18 +56,18 @@ async def add_model(body: ModelAdd) -> AddedModel:
 
 
 @router.get("/{model_id:path}/defaults")
-def get_defaults(model_id: str) -> ModelDefaults:
+def get_defaults(session: SessionDep, model_id: str) -> ModelDefaults:
     """What the model runs with when a request leaves it out (null: not set)."""
-    return model_defaults(model_id)
+    return model_defaults(session, model_id)
 
 
 @router.patch("/{model_id:path}/defaults")
-def patch_defaults(model_id: str, body: ModelDefaults) -> ModelDefaults:
+def patch_defaults(session: SessionDep, model_id: str, body: ModelDefaults) -> ModelDefaults:
     """Change the keys sent (null clears one); the others stay. Applies from the next request."""
-    return update_model_defaults(model_id, body.model_dump(exclude_unset=True))
+    return update_model_defaults(session, model_id, body.model_dump(exclude_unset=True))
 
 
 @router.put("/{model_id:path}/defaults")
-def put_defaults(model_id: str, body: ModelDefaults) -> ModelDefaults:
+def put_defaults(session: SessionDep, model_id: str, body: ModelDefaults) -> ModelDefaults:
     """Replace all of them: a key not sent is cleared."""
-    return replace_model_defaults(model_id, body.model_dump(exclude_none=True))
+    return replace_model_defaults(session, model_id, body.model_dump(exclude_none=True))

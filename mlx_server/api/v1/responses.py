@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from mlx_server.api.audit_middleware import audit_details, audit_parameters
 from mlx_server.api.openai_common import finished, streamed
+from mlx_server.database import SessionDep
 from mlx_server.schemas.responses import ResponseRequest
 from mlx_server.services.operations.responses_store import delete_response, input_items_page, stored_response
 from mlx_server.services.pipeline.catalog import resolve_model
@@ -44,22 +45,25 @@ async def create(body: ResponseRequest, request: Request) -> Response:
 
 
 @router.get("/responses/{response_id}")
-async def retrieve(response_id: str) -> JSONResponse:
-    record = await asyncio.to_thread(stored_response, response_id)
+async def retrieve(session: SessionDep, response_id: str) -> JSONResponse:
+    record = await asyncio.to_thread(stored_response, session, response_id)
     return JSONResponse(record.body)
 
 
 @router.delete("/responses/{response_id}")
-async def delete(response_id: str) -> JSONResponse:
-    return JSONResponse(await asyncio.to_thread(delete_response, response_id))
+async def delete(session: SessionDep, response_id: str) -> JSONResponse:
+    return JSONResponse(await asyncio.to_thread(delete_response, session, response_id))
 
 
 @router.get("/responses/{response_id}/input_items")
 async def input_items(
+    session: SessionDep,
     response_id: str,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
     after: str | None = None,
 ) -> JSONResponse:
-    page = await asyncio.to_thread(input_items_page, response_id, limit=limit, order=order, after=after)
+    page = await asyncio.to_thread(
+        input_items_page, session, response_id, limit=limit, order=order, after=after
+    )
     return JSONResponse(page)

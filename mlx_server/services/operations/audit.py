@@ -27,7 +27,7 @@ from typing import Any
 from sqlmodel import Session, col, delete, func, select, update
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.records import AuditLog, AuditState, StoredResponse, utcnow
 from mlx_server.services.operations.audit_search import AuditFilter
 from mlx_server.services.operations.setting_overrides import delete_override, read_override, write_override
@@ -67,7 +67,7 @@ def delete_older_than(table: type[AuditLog] | type[StoredResponse], retention_da
     if retention_days <= 0:
         return 0
     cutoff = utcnow() - timedelta(days=retention_days)
-    with Session(get_engine()) as session:
+    with background_session() as session:
         result = session.exec(delete(table).where(col(table.created_at) < cutoff))
         session.commit()
     return int(result.rowcount)
@@ -77,7 +77,7 @@ def prune_by_retention(what: str, prune: Callable[[int], int]) -> int:
     """A retention job: `prune(days)` with the audit log's retention in force; failures are
     logged, not raised. Returns how many rows went."""
     try:
-        with Session(get_engine()) as session:
+        with background_session() as session:
             days = audit_retention(session).days
         deleted = prune(days)
     except Exception:
@@ -106,7 +106,7 @@ _PROCESS_STARTED = utcnow()
 def mark_interrupted() -> int:
     """At start: rows still in flight that an earlier process wrote belong to a server that
     died without ending them (one server per home); they become interrupted. Returns how many."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         result = session.exec(
             update(AuditLog)
             .where(col(AuditLog.state) == AuditState.IN_FLIGHT, col(AuditLog.created_at) < _PROCESS_STARTED)
@@ -337,7 +337,7 @@ class AuditService:
             inserts[id(row)] = row
         try:
             # The engine of the current settings' database; not expiring keeps callers' rows readable.
-            with Session(get_engine(), expire_on_commit=False) as session:
+            with background_session(expire_on_commit=False) as session:
                 session.add_all(inserts.values())
                 for change in updates:
                     session.exec(

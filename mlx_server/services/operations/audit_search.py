@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, or_
 from sqlmodel import Session, col, func, select
 
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.records import AuditLog, AuditState
 from mlx_server.utils.bounded import bounded, clip
 
@@ -114,7 +114,7 @@ def iter_batches(filters: AuditFilter, *, batch_size: int = EXPORT_BATCH) -> Ite
     before_id: int | None = None
     limit = min(FIRST_EXPORT_BATCH, batch_size)
     while True:
-        with Session(get_engine()) as session:
+        with background_session() as session:
             rows = page_before(session, filters, before_id=before_id, limit=limit)
         if rows:
             yield rows

@@ -25,7 +25,7 @@ from typing import Any
 from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.disk import directory_size, expand_user, inspect_path
@@ -70,7 +70,7 @@ def _refused(message: str, param: str = "path") -> APIError:
 
 
 def plan_conversion(
-    source: Path, *, bits: int, group_size: int = 64, model_id: str | None = None
+    session: Session, source: Path, *, bits: int, group_size: int = 64, model_id: str | None = None
 ) -> ConversionPlan:
     """Everything checked before a conversion starts; APIError 400/409 says what to change."""
     if bits not in CONVERT_BITS:
@@ -93,9 +93,7 @@ def plan_conversion(
     except ValueError as exc:
         raise _refused(str(exc), "id") from None
     target = model_dir(get_settings().models_dir, model_id)
-    with Session(get_engine()) as session:
-        taken = get_model(session, model_id) is not None
-    if taken or target.exists():
+    if get_model(session, model_id) is not None or target.exists():
         message = f"A model {model_id!r} already exists; choose another id."
         raise APIError(409, message, param="id", code="model_exists")
     return ConversionPlan(source, model_id, bits, group_size, target)
@@ -128,7 +126,7 @@ async def convert_model(
 
 
 def _register(plan: ConversionPlan) -> ModelRecord:
-    with Session(get_engine()) as session:
+    with background_session() as session:  # the end of a conversion job, no request's
         record = ModelRecord(
             id=plan.model_id,
             source=ModelSource.CONVERTED,

@@ -10,7 +10,6 @@ from pathlib import Path
 from pydantic import BaseModel
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import read_spec
@@ -52,14 +51,13 @@ def adapter_view(adapter: LoraAdapter) -> AdapterView:
     )
 
 
-def adapter_views(base_model_id: str | None = None) -> list[AdapterView]:
+def adapter_views(session: Session, base_model_id: str | None = None) -> list[AdapterView]:
     """Every registered adapter, or those over one base model."""
-    with Session(get_engine()) as session:
-        adapters = list_adapters(session)
+    adapters = list_adapters(session)
     return [adapter_view(a) for a in adapters if base_model_id in (None, a.base_model_id)]
 
 
-async def register_adapter(base_model_id: str, name: str, path: str) -> AdapterView:
+async def register_adapter(session: Session, base_model_id: str, name: str, path: str) -> AdapterView:
     """Store the adapter at `path` over `base_model_id` as "<base>+<name>", once mlx-lm's
     loader accepts it on the base model (400 naming what does not fit)."""
     if not NAME_PATTERN.fullmatch(name):
@@ -70,9 +68,8 @@ async def register_adapter(base_model_id: str, name: str, path: str) -> AdapterV
             param="name",
         )
     model_id = adapter_model_id(base_model_id, name)
-    with Session(get_engine()) as session:
-        base = session.get(ModelRecord, base_model_id)
-        taken = find_adapter(session, model_id) is not None
+    base = session.get(ModelRecord, base_model_id)
+    taken = find_adapter(session, model_id) is not None
     if base is None:
         raise APIError(
             404,
@@ -104,17 +101,15 @@ async def register_adapter(base_model_id: str, name: str, path: str) -> AdapterV
         path=str(directory),
         size_bytes=adapter_bytes(directory),
     )
-    with Session(get_engine()) as session:
-        session.add(adapter)
-        session.commit()
-        session.refresh(adapter)
+    session.add(adapter)
+    session.commit()
+    session.refresh(adapter)
     return adapter_view(adapter)
 
 
-async def remove_adapter(model_id: str) -> dict[str, object]:
+async def remove_adapter(session: Session, model_id: str) -> dict[str, object]:
     """Unload the adapter's model if loaded (409 while it serves requests), then forget it."""
-    with Session(get_engine()) as session:
-        adapter = find_adapter(session, model_id)
+    adapter = find_adapter(session, model_id)
     if adapter is None:
         raise APIError(
             404, f"No LoRA adapter {model_id!r} is registered.", param="model", code="model_not_found"
@@ -122,9 +117,8 @@ async def remove_adapter(model_id: str) -> dict[str, object]:
     pool = get_model_pool()
     if pool.get_loaded(model_id) is not None:
         await pool.unload(model_id)
-    with Session(get_engine()) as session:
-        stored = session.get(LoraAdapter, model_id)
-        if stored is not None:
-            session.delete(stored)
-            session.commit()
+    stored = session.get(LoraAdapter, model_id)
+    if stored is not None:
+        session.delete(stored)
+        session.commit()
     return {"id": model_id, "deleted": True}

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.models.pool import get_model_pool
 from mlx_server.records import AuditLog, LoraAdapter, ModelRecord
 from mlx_server.services.pipeline.engine.generation import admission
@@ -63,7 +63,7 @@ class ModelLabels:
         cached = self._labels.get(model)
         if cached is not None and now - cached[1] < LABEL_TTL_S:
             return cached[0]
-        with Session(get_engine()) as session:
+        with background_session() as session:
             label = _model_label(session, model)
         if len(self._labels) >= MAX_CACHED_LABELS:
             self._labels.clear()
@@ -113,7 +113,7 @@ class _StateCollector(Collector):
 
 def _breaker_families() -> Iterable[GaugeMetricFamily]:
     """Each remote backend's circuit breaker (services/remote/breaker.py): 1 on its state."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         names = [backend.name for backend in list_backends(session)]
     states = GaugeMetricFamily(
         f"{PREFIX}_backend_breaker_state",

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError, checked_defaults
 from mlx_server.models.detection import read_config
@@ -24,10 +24,9 @@ def _record(session: Session, model_id: str) -> ModelRecord:
     return record
 
 
-def model_defaults(model_id: str) -> ModelDefaults:
+def model_defaults(session: Session, model_id: str) -> ModelDefaults:
     """The defaults set for `model_id` (empty when none are); ModelNotFoundError if unknown."""
-    with Session(get_engine()) as session:
-        return ModelDefaults.from_stored(_record(session, model_id).defaults)
+    return ModelDefaults.from_stored(_record(session, model_id).defaults)
 
 
 # How old a loaded model's defaults may be before a request reads them again: a change made by
@@ -43,7 +42,7 @@ def current_defaults(loaded: LoadedModel) -> ModelDefaults:
     if loaded.defaults_version != _version or now - loaded.defaults_read_at >= REFRESH_S:
         version = _version
         base_id = loaded.model_id.split("+", 1)[0]  # ids never hold "+"; "<base>+<adapter>"
-        with Session(get_engine()) as session:
+        with background_session() as session:  # the generation path, not a request's session
             record = session.get(ModelRecord, base_id)
         if record is not None:
             loaded.defaults = ModelDefaults.from_stored(record.defaults)
@@ -73,33 +72,32 @@ def _check_context(model_id: str, path: Path, defaults: ModelDefaults) -> None:
         )
 
 
-def set_model_defaults(model_id: str, defaults: ModelDefaults) -> ModelDefaults:
+def set_model_defaults(session: Session, model_id: str, defaults: ModelDefaults) -> ModelDefaults:
     """Replace the model's defaults (PUT); checked against its config, stored, and used from
     the next request on (loaded or not)."""
     global _version
-    with Session(get_engine()) as session:
-        record = _record(session, model_id)
-        _check_context(model_id, Path(record.path), defaults)
-        record.defaults = defaults.stored()
-        session.add(record)
-        session.commit()
+    record = _record(session, model_id)
+    _check_context(model_id, Path(record.path), defaults)
+    record.defaults = defaults.stored()
+    session.add(record)
+    session.commit()
     _version += 1
     return defaults
 
 
-def update_model_defaults(model_id: str, changes: dict[str, Any]) -> ModelDefaults:
+def update_model_defaults(session: Session, model_id: str, changes: dict[str, Any]) -> ModelDefaults:
     """Change the keys in `changes` (PATCH; None clears one), keep the others."""
     try:
-        merged = model_defaults(model_id).changed(changes)
+        merged = model_defaults(session, model_id).changed(changes)
     except ModelDefaultsError as exc:
         raise _invalid(str(exc), next(iter(changes), "defaults")) from None
-    return set_model_defaults(model_id, merged)
+    return set_model_defaults(session, model_id, merged)
 
 
-def replace_model_defaults(model_id: str, values: dict[str, Any]) -> ModelDefaults:
+def replace_model_defaults(session: Session, model_id: str, values: dict[str, Any]) -> ModelDefaults:
     """PUT with a plain dict: every key not in `values` is cleared."""
     try:
         defaults = checked_defaults(values)
     except ModelDefaultsError as exc:
         raise _invalid(str(exc)) from None
-    return set_model_defaults(model_id, defaults)
+    return set_model_defaults(session, model_id, defaults)

@@ -10,7 +10,6 @@ from typing import Any
 
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import DEFAULT_KV_GROUP_SIZE, read_spec
@@ -37,12 +36,11 @@ def _options(record: ModelRecord) -> ModelOptions:
     )
 
 
-def model_options(model_id: str) -> ModelOptions:
-    with Session(get_engine()) as session:
-        record = session.get(ModelRecord, model_id)
-        if record is None:
-            raise ModelNotFoundError(model_id)
-        return _options(record)
+def model_options(session: Session, model_id: str) -> ModelOptions:
+    record = session.get(ModelRecord, model_id)
+    if record is None:
+        raise ModelNotFoundError(model_id)
+    return _options(record)
 
 
 def _is_text_model(model_id: str) -> bool:
@@ -52,10 +50,9 @@ def _is_text_model(model_id: str) -> bool:
         return False
 
 
-def draft_candidates(model_id: str) -> list[str]:
+def draft_candidates(session: Session, model_id: str) -> list[str]:
     """Local text models that could draft for `model_id` (the vocabulary is checked on save)."""
-    with Session(get_engine()) as session:
-        ids = [record.id for record in list_models(session) if record.id != model_id]
+    ids = [record.id for record in list_models(session) if record.id != model_id]
     return [i for i in ids if _is_text_model(i)]
 
 
@@ -70,13 +67,12 @@ def _invalid(message: str, param: str) -> APIError:
     return APIError(400, message, param=param, code="invalid_model_options")
 
 
-async def _check_draft(model_id: str, draft_id: str) -> None:
+async def _check_draft(session: Session, model_id: str, draft_id: str) -> None:
     if draft_id == model_id:
         raise _invalid(
             f"{model_id!r} cannot draft for itself; pick a smaller model with its vocabulary.", "draft_model"
         )
-    with Session(get_engine()) as session:
-        draft, target = session.get(ModelRecord, draft_id), session.get(ModelRecord, model_id)
+    draft, target = session.get(ModelRecord, draft_id), session.get(ModelRecord, model_id)
     if target is None:
         raise ModelNotFoundError(model_id)
     if draft is None:
@@ -110,19 +106,24 @@ def _check_kv(kv_bits: int | None, kv_group_size: int) -> None:
 
 
 async def set_model_options(
-    model_id: str, *, draft_model: str | None, kv_bits: int | None, kv_group_size: int | None = None
+    session: Session,
+    model_id: str,
+    *,
+    draft_model: str | None,
+    kv_bits: int | None,
+    kv_group_size: int | None = None,
 ) -> ModelOptions:
     """Check, store and apply: a loaded model reloads with the new options (pinned stays
     pinned); refused (409) while it serves requests."""
     group_size = kv_group_size or DEFAULT_KV_GROUP_SIZE
-    current = model_options(model_id)
+    current = model_options(session, model_id)
     if not _is_text_model(model_id):
         raise _invalid(
             f"{model_id!r} is not a text generation model; these options apply to text models.", "model"
         )
     _check_kv(kv_bits, group_size)
     if draft_model is not None and draft_model != current.draft_model:
-        await _check_draft(model_id, draft_model)
+        await _check_draft(session, model_id, draft_model)
     pool = get_model_pool()
     loaded = pool.get_loaded(model_id)
     if loaded is not None and loaded.active:
@@ -132,15 +133,14 @@ async def set_model_options(
             param="model",
             code="model_busy",
         )
-    with Session(get_engine()) as session:
-        record = session.get(ModelRecord, model_id)
-        if record is None:
-            raise ModelNotFoundError(model_id)
-        record.draft_model, record.kv_bits = draft_model, kv_bits
-        record.kv_group_size = None if group_size == DEFAULT_KV_GROUP_SIZE else group_size
-        session.add(record)
-        session.commit()
-        options = _options(record)
+    record = session.get(ModelRecord, model_id)
+    if record is None:
+        raise ModelNotFoundError(model_id)
+    record.draft_model, record.kv_bits = draft_model, kv_bits
+    record.kv_group_size = None if group_size == DEFAULT_KV_GROUP_SIZE else group_size
+    session.add(record)
+    session.commit()
+    options = _options(record)
     if loaded is not None:
         pinned = loaded.pinned
         await pool.unload(model_id)
@@ -148,10 +148,11 @@ async def set_model_options(
     return options
 
 
-async def update_model_options(model_id: str, changes: dict[str, Any]) -> ModelOptions:
+async def update_model_options(session: Session, model_id: str, changes: dict[str, Any]) -> ModelOptions:
     """PATCH: the fields in `changes` replace the stored ones, the others stay."""
-    merged = {**vars(model_options(model_id)), **changes}
+    merged = {**vars(model_options(session, model_id)), **changes}
     return await set_model_options(
+        session,
         model_id,
         draft_model=merged["draft_model"],
         kv_bits=merged["kv_bits"],

@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.defaults import ModelDefaults, ModelDefaultsError
 from mlx_server.models.detection import read_chat_template
@@ -83,26 +82,30 @@ def _check_template(template: str | None, source: ModelRecord) -> None:
 
 
 def create_preset(
-    name: str, source_id: str, *, system: str | None, parameters: dict[str, Any], template: str | None
+    session: Session,
+    name: str,
+    source_id: str,
+    *,
+    system: str | None,
+    parameters: dict[str, Any],
+    template: str | None,
 ) -> ModelRecord:
     """Register `name` as `source_id`'s files with its own defaults; refused with a 4xx (and
     nothing written) when the name exists or a value does not fit the model."""
-    with Session(get_engine()) as session:
-        source = get_model(session, source_id)
-        if source is None:
-            raise APIError(404, f"model '{source_id}' not found", param="from")
-        _check_template(template, source)
-        defaults = preset_defaults(ModelDefaults.from_stored(source.defaults), system, parameters)
-        if get_model(session, name) is not None:
-            raise APIError(409, f"A model named {name!r} exists; delete it first.", param="model")
-        try:
-            preset = copy_model(session, source_id, name)
-        except ModelStoreError as exc:
-            raise APIError(400, str(exc), param="model") from exc
+    source = get_model(session, source_id)
+    if source is None:
+        raise APIError(404, f"model '{source_id}' not found", param="from")
+    _check_template(template, source)
+    defaults = preset_defaults(ModelDefaults.from_stored(source.defaults), system, parameters)
+    if get_model(session, name) is not None:
+        raise APIError(409, f"A model named {name!r} exists; delete it first.", param="model")
     try:
-        set_model_defaults(name, defaults)  # checked against the model's config (context length)
+        preset = copy_model(session, source_id, name)
+    except ModelStoreError as exc:
+        raise APIError(400, str(exc), param="model") from exc
+    try:
+        set_model_defaults(session, name, defaults)  # checked against the model's config (context length)
     except APIError:
-        with Session(get_engine()) as session:
-            delete_model(session, name)  # a second name: its files stay with the source
+        delete_model(session, name)  # a second name: its files stay with the source
         raise
     return preset

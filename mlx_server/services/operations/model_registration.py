@@ -15,7 +15,6 @@ from pathlib import Path
 from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
 from mlx_server.errors import APIError
 from mlx_server.models.gguf_import import GGUFImportError
 from mlx_server.models.store import ModelIdTaken, ModelStoreError, add_model
@@ -70,16 +69,15 @@ def add_error(exc: Exception) -> APIError:
 
 
 async def add_model_from_disk(
-    path: str, model_id: str | None = None, *, copy: bool = False, probe: bool = True
+    session: Session, path: str, model_id: str | None = None, *, copy: bool = False, probe: bool = True
 ) -> ModelRecord:
     """Register the model at `path` on this machine (store.add_model: in place unless `copy`;
     a GGUF file is converted), then probe it in the background."""
 
     def add() -> ModelRecord:
-        with Session(get_engine()) as session:
-            record = add_model(session, Path(path), get_settings().models_dir, model_id or None, copy=copy)
-            session.expunge(record)
-            return record
+        record = add_model(session, Path(path), get_settings().models_dir, model_id or None, copy=copy)
+        session.expunge(record)
+        return record
 
     try:
         record = await asyncio.to_thread(add)

@@ -20,7 +20,6 @@ from typing import Any
 
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
 from mlx_server.models.cpu_weights import parameter_count, weight_dtypes
 from mlx_server.models.defaults import ModelDefaults
 from mlx_server.models.detection import ModelType, detect_model_type, read_chat_template, read_config
@@ -145,9 +144,8 @@ def _summary(record: ModelRecord) -> dict[str, Any]:
     }
 
 
-def tags() -> dict[str, Any]:
-    with Session(get_engine()) as session:
-        return {"models": [_summary(record) for record in list_models(session)]}
+def tags(session: Session) -> dict[str, Any]:
+    return {"models": [_summary(record) for record in list_models(session)]}
 
 
 def _model_info(model_id: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -168,11 +166,10 @@ def _model_info(model_id: str, config: dict[str, Any]) -> dict[str, Any]:
     return info
 
 
-def show(model_id: str) -> dict[str, Any]:
+def show(session: Session, model_id: str) -> dict[str, Any]:
     """The model's details, chat template and capabilities (`model_id` is a registered id)."""
-    with Session(get_engine()) as session:
-        record = get_model(session, model_id)
-        probed = session.get(ModelCapabilities, model_id)
+    record = get_model(session, model_id)
+    probed = session.get(ModelCapabilities, model_id)
     assert record is not None, "resolved by ollama_model()"
     path = Path(record.path)
     config = read_config(path)
@@ -195,11 +192,10 @@ def show(model_id: str) -> dict[str, Any]:
     return {**shown, "system": defaults.system_prompt} if defaults.system_prompt else shown
 
 
-def running() -> dict[str, Any]:
+def running(session: Session) -> dict[str, Any]:
     """The loaded models, most recently used first, with when each would be unloaded if idle."""
     pool = get_model_pool()
-    with Session(get_engine()) as session:
-        records = {record.id: record for record in list_models(session)}
+    records = {record.id: record for record in list_models(session)}
     models = []
     for status in pool.status()["models"]:
         loaded, record = pool.get_loaded(status["id"]), records.get(status["id"])

@@ -11,7 +11,7 @@ from typing import Any
 from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.models.lora import find_adapter
 from mlx_server.models.pool import get_model_pool
@@ -62,21 +62,20 @@ async def load_model(model_id: str, *, pin: bool) -> dict[str, Any]:
     return _entry(model_id)
 
 
-def _registered(model_id: str) -> None:
+def _registered(session: Session, model_id: str) -> None:
     """404 for an id no model has (a typo, a made-up path), rather than 409 "not loaded"."""
-    with Session(get_engine()) as session:
-        if get_model(session, model_id) is None and find_adapter(session, model_id) is None:
-            raise ModelNotFoundError(model_id)
+    if get_model(session, model_id) is None and find_adapter(session, model_id) is None:
+        raise ModelNotFoundError(model_id)
 
 
-def set_pinned(model_id: str, pinned: bool) -> dict[str, Any]:
-    _registered(model_id)
+def set_pinned(session: Session, model_id: str, pinned: bool) -> dict[str, Any]:
+    _registered(session, model_id)
     get_model_pool().set_pinned(model_id, pinned)
     return _entry(model_id)
 
 
-async def unload_model(model_id: str) -> dict[str, Any]:
-    _registered(model_id)
+async def unload_model(session: Session, model_id: str) -> dict[str, Any]:
+    _registered(session, model_id)
     await get_model_pool().unload(model_id)
     return {"id": model_id, "unloaded": True}
 
@@ -95,14 +94,15 @@ class PoolLimits:
     overridden: frozenset[str] = frozenset()
 
 
-def pool_limits() -> PoolLimits:
+def pool_limits(session: Session) -> PoolLimits:
     pool = get_model_pool()
-    with Session(get_engine()) as session:
-        overridden = frozenset(k for k in LIMIT_KEYS if read_override(session, k) is not None)
+    overridden = frozenset(k for k in LIMIT_KEYS if read_override(session, k) is not None)
     return PoolLimits(pool.budget_bytes / GB, pool.max_models, pool.idle_ttl_seconds, overridden)
 
 
-def set_pool_limits(*, max_memory_gb: float, max_models: int, idle_ttl_seconds: float) -> PoolLimits:
+def set_pool_limits(
+    session: Session, *, max_memory_gb: float, max_models: int, idle_ttl_seconds: float
+) -> PoolLimits:
     """Store and apply at once; a lower budget or count is enforced on the next load (models
     serving requests are never pulled from under them)."""
     physical = physical_memory_bytes() / GB
@@ -113,18 +113,16 @@ def set_pool_limits(*, max_memory_gb: float, max_models: int, idle_ttl_seconds: 
     if idle_ttl_seconds < 0:
         raise ValueError("idle TTL must be 0 (never unload) or more seconds")
     values = {"max_memory_gb": max_memory_gb, "max_models": max_models, "idle_ttl_seconds": idle_ttl_seconds}
-    with Session(get_engine()) as session:
-        for key, value in values.items():
-            write_override(session, key, value)
+    for key, value in values.items():
+        write_override(session, key, value)
     _apply(values)
-    return pool_limits()
+    return pool_limits(session)
 
 
-def reset_pool_limits() -> PoolLimits:
+def reset_pool_limits(session: Session) -> PoolLimits:
     """Back to the environment's limits (MLX_SERVER_MAX_MEMORY_GB, ...)."""
-    with Session(get_engine()) as session:
-        for key in LIMIT_KEYS:
-            delete_override(session, key)
+    for key in LIMIT_KEYS:
+        delete_override(session, key)
     settings = get_settings()
     _apply(
         {
@@ -133,12 +131,12 @@ def reset_pool_limits() -> PoolLimits:
             "idle_ttl_seconds": settings.idle_ttl_seconds,
         }
     )
-    return pool_limits()
+    return pool_limits(session)
 
 
 def apply_stored_pool_limits() -> None:
     """At start: the dashboard's overrides win over the environment."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         stored = {k: v for k in LIMIT_KEYS if isinstance(v := read_override(session, k), int | float)}
     _apply(stored)
 

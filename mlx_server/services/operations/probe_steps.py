@@ -16,7 +16,7 @@ from typing import Literal, TypeVar
 
 from sqlmodel import Session
 
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel
 from mlx_server.models.pool import ModelPoolManager, get_model_pool
@@ -106,7 +106,7 @@ async def run_probe(
         await _unload(pool, loaded, was_loaded, None, steps)
         raise
     release()
-    with steps.step("save") as outcome, Session(get_engine()) as session:
+    with steps.step("save") as outcome, background_session() as session:
         capabilities = save(session, loaded, findings)
         outcome.detail = f"ModelCapabilities of {model_id!r} stored"
     await _unload(pool, loaded, was_loaded, capabilities, steps)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from sqlmodel import Session, col, delete
 
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.records import StoredResponse
 from mlx_server.services.operations.audit import delete_older_than, prune_by_retention
@@ -34,19 +34,14 @@ def save_response(
         input_items=input_items,
         body=body,
     )
-    with Session(get_engine()) as session:
+    with background_session() as session:  # at the end of a reply, streamed or not
         session.add(record)
         session.commit()
 
 
-def _find(response_id: str) -> StoredResponse | None:
-    with Session(get_engine()) as session:
-        return session.get(StoredResponse, response_id)
-
-
-def stored_response(response_id: str) -> StoredResponse:
+def stored_response(session: Session, response_id: str) -> StoredResponse:
     """The stored response, or a 404 saying why it may be missing."""
-    record = _find(response_id)
+    record = session.get(StoredResponse, response_id)
     if record is None:
         message = f"No stored response with id {response_id!r}: {WHY_MISSING}."
         raise APIError(404, message, code="response_not_found")
@@ -56,26 +51,26 @@ def stored_response(response_id: str) -> StoredResponse:
 def conversation_after(previous_response_id: str) -> list[Item]:
     """The items a continuation starts from: the previous response's own conversation, input
     and output. An unknown id is a 400 on the parameter, as OpenAI answers it."""
-    record = _find(previous_response_id)
+    with background_session() as session:  # the pipeline's, as the reply starts
+        record = session.get(StoredResponse, previous_response_id)
     if record is None:
         message = f"Previous response with id {previous_response_id!r} not found: {WHY_MISSING}."
         raise APIError(400, message, param="previous_response_id", code="previous_response_not_found")
     return [*record.history, *record.input_items, *record.body.get("output", [])]
 
 
-def delete_response(response_id: str) -> dict[str, Any]:
-    stored_response(response_id)
-    with Session(get_engine()) as session:
-        session.exec(delete(StoredResponse).where(col(StoredResponse.id) == response_id))
-        session.commit()
+def delete_response(session: Session, response_id: str) -> dict[str, Any]:
+    stored_response(session, response_id)
+    session.exec(delete(StoredResponse).where(col(StoredResponse.id) == response_id))
+    session.commit()
     return {"id": response_id, "object": "response", "deleted": True}
 
 
 def input_items_page(
-    response_id: str, *, limit: int, order: Literal["asc", "desc"], after: str | None
+    session: Session, response_id: str, *, limit: int, order: Literal["asc", "desc"], after: str | None
 ) -> dict[str, Any]:
     """OpenAI's list of a response's input items: `limit` of them in `order`, after the item `after`."""
-    items = list(stored_response(response_id).input_items)
+    items = list(stored_response(session, response_id).input_items)
     if order == "desc":
         items.reverse()
     if after is not None:

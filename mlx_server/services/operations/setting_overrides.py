@@ -13,7 +13,7 @@ from typing import Any
 from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.records import SettingOverride, utcnow
 
 # How long `cached_override` trusts what it read. Writes in this process clear the cache at
@@ -56,7 +56,7 @@ def cached_override(key: str) -> Any | None:
     hit = _cache.get(cache_key)
     if hit is not None and now - hit[0] < CACHE_SECONDS:
         return hit[1]
-    with Session(get_engine()) as session:
+    with background_session() as session:
         value = read_override(session, key)
     _cache[cache_key] = (now, value)
     return value

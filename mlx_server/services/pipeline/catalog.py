@@ -7,7 +7,7 @@ from fnmatch import fnmatchcase
 from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import ModelNotFoundError
 from mlx_server.models.lora import find_adapter, list_adapters
 from mlx_server.models.store import get_model, list_models
@@ -66,5 +66,5 @@ def resolve_model(model_id: str) -> str:
     target = next((t for pattern, t in aliases.items() if fnmatchcase(model_id, pattern)), None)
     if target is None:
         return model_id
-    with Session(get_engine()) as session:
+    with background_session() as session:
         return model_id if get_model(session, model_id) is not None else target

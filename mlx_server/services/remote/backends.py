@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 from sqlmodel import Session, col, select
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend, RoutingRule, utcnow
 from mlx_server.schemas.limits import TextOnly
@@ -218,5 +218,5 @@ def route_targets(session: Session, model_id: str) -> list[Target] | None:
 
 def is_routed(model_id: str) -> bool:
     """Whether a rule or a backend decides where requests for `model_id` go."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         return route_targets(session, model_id) is not None

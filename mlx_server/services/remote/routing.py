@@ -20,10 +20,9 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import httpx
-from sqlmodel import Session
 
 from mlx_server.config import get_settings
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend
 from mlx_server.services.pipeline.engine.params import CompletionStats
@@ -66,7 +65,7 @@ async def route_chat(request: GenerationRequest, stats: CompletionStats) -> Remo
     """Where `request` goes: the first remote target that serves it (its events opened), or the
     first local target reached; None when no rule or backend applies (the request's own model
     serves it as it always has). The caller generates locally; routing never calls back."""
-    with Session(get_engine()) as session:
+    with background_session() as session:
         targets = route_targets(session, request.model)
         backends = {b.name: b for b in list_backends(session)} if targets else {}
     if targets is None:

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlmodel import Session
-
-from mlx_server.database import get_engine
+from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.models.store import get_model
 from mlx_server.schemas.ollama import (
@@ -51,7 +49,9 @@ LATEST_TAG = ":latest"
 def ollama_model(name: str) -> str:
     """The local model an Ollama request names: the id itself, the id without `:latest`, or
     an alias's target; an unknown name is a 404 saying where the names are listed."""
-    with Session(get_engine()) as session:
+    # Resolved per generation request, like catalog.resolve_model: a short session of its own,
+    # so a streamed reply holds none.
+    with background_session() as session:
         for candidate in (name, name.removesuffix(LATEST_TAG), resolve_model(name)):
             if get_model(session, candidate) is not None:
                 return candidate

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from typing import Literal
 
 from mlx_server.services.pipeline.events import (
     Finish,
@@ -19,16 +20,30 @@ from mlx_server.services.pipeline.events import (
     ToolCallStarted,
     Usage,
 )
+from mlx_server.services.pipeline.protocols.openai_shapes import (
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatDelta,
+    ChatLogprobs,
+    ChatMessage,
+    Chunk,
+    CompletionLogprobs,
+    FunctionDelta,
+    TextChoice,
+    TextCompletion,
+    TokenEntry,
+    UsageBody,
+)
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
-def usage(figures: Usage | None) -> dict[str, object]:
+def usage(figures: Usage | None) -> UsageBody:
     prompt = figures.prompt_tokens if figures else 0
     completion = figures.completion_tokens if figures else 0
-    shape: dict[str, object] = {
+    shape: UsageBody = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
@@ -43,20 +58,25 @@ def usage(figures: Usage | None) -> dict[str, object]:
     return shape
 
 
-def _token_entry(token: str, logprob: float) -> dict[str, object]:
+def _token_entry(token: str, logprob: float) -> TokenEntry:
     return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
 
-def chat_logprobs(entries: Sequence[TokenLogprob]) -> dict[str, object]:
+def chat_logprobs(entries: Sequence[TokenLogprob]) -> ChatLogprobs:
     return {
         "content": [
-            {**_token_entry(e.token, e.logprob), "top_logprobs": [_token_entry(t, lp) for t, lp in e.top]}
+            {
+                "token": e.token,
+                "logprob": e.logprob,
+                "bytes": list(e.token.encode("utf-8")),
+                "top_logprobs": [_token_entry(t, lp) for t, lp in e.top],
+            }
             for e in entries
         ]
     }
 
 
-def completion_logprobs(entries: Sequence[TokenLogprob], text_offset: int) -> dict[str, object]:
+def completion_logprobs(entries: Sequence[TokenLogprob], text_offset: int) -> CompletionLogprobs:
     """The legacy completions shape: parallel lists, top alternatives as {token: logprob}."""
     offsets = []
     for entry in entries:
@@ -75,21 +95,25 @@ class ChunkFactory:
 
     def __init__(self, model: str, *, chat: bool, include_usage: bool) -> None:
         self.id = new_id("chatcmpl" if chat else "cmpl")
-        self.object = "chat.completion.chunk" if chat else "text_completion"
+        self.object: Literal["chat.completion.chunk", "text_completion"] = (
+            "chat.completion.chunk" if chat else "text_completion"
+        )
         self.created = int(time.time())
         self.model = model
         self.include_usage = include_usage
 
-    def chunk(self, choice: dict[str, object]) -> dict[str, object]:
-        body = self._envelope([{"index": 0, **choice}])
+    def chunk(self, choice: ChatChunkChoice | TextChoice) -> Chunk:
+        body = self._envelope([choice])
         if self.include_usage:
             body["usage"] = None
         return body
 
-    def usage_chunk(self, figures: Usage) -> dict[str, object]:
-        return {**self._envelope([]), "usage": usage(figures)}
+    def usage_chunk(self, figures: Usage) -> Chunk:
+        body = self._envelope([])
+        body["usage"] = usage(figures)
+        return body
 
-    def _envelope(self, choices: list[dict[str, object]]) -> dict[str, object]:
+    def _envelope(self, choices: list[ChatChunkChoice | TextChoice]) -> Chunk:
         return {
             "id": self.id,
             "object": self.object,
@@ -99,11 +123,11 @@ class ChunkFactory:
         }
 
 
-def _delta(delta: dict[str, object], logprobs: dict[str, object] | None = None) -> dict[str, object]:
-    return {"delta": delta, "logprobs": logprobs, "finish_reason": None}
+def _delta(delta: ChatDelta, logprobs: ChatLogprobs | None = None) -> ChatChunkChoice:
+    return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": None}
 
 
-def _chat_choice(event: GenerationEvent) -> dict[str, object] | None:
+def _chat_choice(event: GenerationEvent) -> ChatChunkChoice | None:
     """The chunk choice one event becomes, if any (a tool call streams its id, type and name
     first, then its arguments, as OpenAI does)."""
     match event:
@@ -112,23 +136,20 @@ def _chat_choice(event: GenerationEvent) -> dict[str, object] | None:
         case ReasoningDelta(text=text):
             return _delta({"reasoning_content": text})
         case ToolCallStarted(index=index, id=call_id, name=name):
-            head = {
-                "index": index,
-                "id": call_id,
-                "type": "function",
-                "function": {"name": name, "arguments": ""},
-            }
-            return _delta({"tool_calls": [head]})
+            function: FunctionDelta = {"name": name, "arguments": ""}
+            return _delta(
+                {"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": function}]}
+            )
         case ToolCallDelta(index=index, arguments=arguments):
             return _delta({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
         case Finish(reason=reason):
-            return {"delta": {}, "logprobs": None, "finish_reason": reason}
+            return {"index": 0, "delta": {}, "logprobs": None, "finish_reason": reason}
     return None
 
 
 async def chat_chunks(
     events: AsyncIterable[GenerationEvent], model: str, *, include_usage: bool
-) -> AsyncIterator[dict[str, object]]:
+) -> AsyncIterator[Chunk]:
     """`chat.completion.chunk`s: the assistant role first, one chunk per event, the finish
     reason in its own chunk, and the usage chunk (`choices: []`) last when asked for."""
     chunks = ChunkFactory(model, chat=True, include_usage=include_usage)
@@ -149,23 +170,23 @@ async def chat_chunks(
 
 async def text_chunks(
     events: AsyncIterable[GenerationEvent], model: str, *, include_usage: bool, logprobs: bool
-) -> AsyncIterator[dict[str, object]]:
+) -> AsyncIterator[Chunk]:
     """Legacy `text_completion` chunks; logprob offsets count from the start of the echoed prompt."""
     chunks = ChunkFactory(model, chat=False, include_usage=include_usage)
     offset = 0
     async for event in events:
         if isinstance(event, TextDelta) and (event.text or event.logprobs):
             entries = completion_logprobs(event.logprobs, offset) if logprobs and event.logprobs else None
-            yield chunks.chunk({"text": event.text, "logprobs": entries, "finish_reason": None})
+            yield chunks.chunk({"index": 0, "text": event.text, "logprobs": entries, "finish_reason": None})
             offset += len(event.text)
         elif isinstance(event, Finish):
-            yield chunks.chunk({"text": "", "logprobs": None, "finish_reason": event.reason})
+            yield chunks.chunk({"index": 0, "text": "", "logprobs": None, "finish_reason": event.reason})
         elif isinstance(event, Usage) and include_usage:
             yield chunks.usage_chunk(event)
 
 
-def chat_message(reply: Reply) -> dict[str, object]:
-    message: dict[str, object] = {"role": "assistant", "content": reply.content}
+def chat_message(reply: Reply) -> ChatMessage:
+    message: ChatMessage = {"role": "assistant", "content": reply.content}
     if reply.reasoning_content is not None:
         message["reasoning_content"] = reply.reasoning_content
     if reply.tool_calls:
@@ -173,8 +194,8 @@ def chat_message(reply: Reply) -> dict[str, object]:
     return message
 
 
-def chat_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, object]:
-    body: dict[str, object] = {
+def chat_completion(model: str, reply: Reply, *, logprobs: bool) -> ChatCompletion:
+    body: ChatCompletion = {
         "id": new_id("chatcmpl"),
         "object": "chat.completion",
         "created": int(time.time()),
@@ -194,9 +215,9 @@ def chat_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, ob
     return body
 
 
-def text_completion(model: str, reply: Reply, *, logprobs: bool) -> dict[str, object]:
+def text_completion(model: str, reply: Reply, *, logprobs: bool) -> TextCompletion:
     entries = completion_logprobs(reply.logprobs, reply.logprobs_offset or 0) if logprobs else None
-    choice = {
+    choice: TextChoice = {
         "index": 0,
         "text": reply.text,
         "logprobs": entries,

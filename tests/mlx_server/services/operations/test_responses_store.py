@@ -39,18 +39,18 @@ def test_a_continuation_starts_from_the_history_input_and_output(session: Sessio
 
 def test_input_items_come_in_pages_newest_first_by_default(session: Session) -> None:
     _save("resp_1")
-    first = input_items_page("resp_1", limit=2, order="desc", after=None)
+    first = input_items_page(session, "resp_1", limit=2, order="desc", after=None)
     assert [item["id"] for item in first["data"]] == ["msg_4", "msg_3"] and first["has_more"]
-    rest = input_items_page("resp_1", limit=10, order="desc", after=first["last_id"])
+    rest = input_items_page(session, "resp_1", limit=10, order="desc", after=first["last_id"])
     assert [item["id"] for item in rest["data"]] == ["msg_2", "msg_1", "msg_0"] and not rest["has_more"]
-    assert input_items_page("resp_1", limit=1, order="asc", after=None)["first_id"] == "msg_0"
+    assert input_items_page(session, "resp_1", limit=1, order="asc", after=None)["first_id"] == "msg_0"
 
 
 def test_a_deleted_response_is_gone(session: Session) -> None:
     _save("resp_1")
-    assert delete_response("resp_1") == {"id": "resp_1", "object": "response", "deleted": True}
+    assert delete_response(session, "resp_1") == {"id": "resp_1", "object": "response", "deleted": True}
     with pytest.raises(APIError) as caught:
-        stored_response("resp_1")
+        stored_response(session, "resp_1")
     assert caught.value.status == 404
 
 
@@ -62,6 +62,6 @@ def test_responses_older_than_the_audit_retention_are_pruned(session: Session) -
     session.commit()
     set_audit_retention(session, 2)
     assert prune_expired_responses() == 1
-    assert stored_response("resp_new").id == "resp_new"
+    assert stored_response(session, "resp_new").id == "resp_new"
     with pytest.raises(APIError):
-        stored_response("resp_old")
+        stored_response(session, "resp_old")
