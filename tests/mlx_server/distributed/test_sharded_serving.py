@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,13 @@ def _alive(process: psutil.Process) -> bool:
 def group(server: ServerProcess) -> ServerProcess:
     """The server with its group ready: a test that degraded it may have run before (under
     xdist the order is not the file's)."""
-    status = httpx.get(f"{server.url}/v1/admin/sharded").json()["data"][0]
-    if status["state"] != "ready":
+    groups = httpx.get(f"{server.url}/v1/admin/sharded").json()["data"]
+    if not groups:  # stopped by a test
+        started = httpx.post(
+            f"{server.url}/v1/admin/sharded", json={"model": "tiny", "ranks": 2}, timeout=300
+        )
+        assert started.status_code == 200, started.text
+    elif groups[0]["state"] != "ready":
         restarted = httpx.post(f"{server.url}/v1/admin/sharded/tiny/restart", timeout=300)
         assert restarted.status_code == 200, restarted.text
     return server
@@ -158,6 +164,18 @@ def test_anthropic_responses_and_json_schema_work_on_the_sharded_model(group: Se
     assert isinstance(json.loads(constrained["choices"][0]["message"]["content"])["colour"], str)
 
 
+def test_requests_take_turns_and_a_client_that_leaves_frees_the_model(group: ServerProcess) -> None:
+    server = group
+    expected = _chat(server, "tiny-local").json()["choices"][0]["message"]
+    with ThreadPoolExecutor(2) as pool:  # two at once: the second waits its turn, neither is garbled
+        answers = list(pool.map(lambda _: _chat(server, "tiny").json()["choices"][0]["message"], range(2)))
+    assert answers == [expected, expected]
+    body = {"model": "tiny", "messages": QUESTION, "max_tokens": 1500, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as response:
+        next(line for line in response.iter_lines() if line.startswith("data: "))  # then the client leaves
+    assert _chat(server, "tiny").json()["choices"][0]["message"] == expected
+
+
 def _kill_rank_one(server: ServerProcess) -> None:
     rank_one = [p for p in _ranks(server) if "--control-fd" not in p.cmdline()]
     assert len(rank_one) == 1
@@ -215,3 +233,18 @@ def test_a_rank_that_stops_answering_fails_the_request_within_the_timeout(group:
     )
     _wait_for(lambda: _ranks(server) == [])  # the stopped rank too (SIGKILL after the grace period)
     assert _chat(server, "tiny-local").status_code == 200
+
+
+def test_stopping_serves_the_model_from_one_process_again(server: ServerProcess) -> None:
+    # Ready or degraded (by the test before it in the file's order), the group stops.
+    stopped = httpx.delete(f"{server.url}/v1/admin/sharded/tiny", timeout=60)
+    assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+    _wait_for(lambda: _ranks(server) == [])
+    assert httpx.get(f"{server.url}/v1/admin/sharded").json()["data"] == []
+    listed = {m["id"]: m for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
+    assert "sharded" not in listed["tiny"]
+    assert (
+        _chat(server, "tiny").json()["choices"][0]["message"]
+        == _chat(server, "tiny-local").json()["choices"][0]["message"]
+    )
+    assert httpx.delete(f"{server.url}/v1/admin/sharded/tiny").status_code == 404
