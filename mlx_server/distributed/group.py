@@ -78,6 +78,8 @@ class ShardedGroup:
                 self.ranks.append(
                     self.launcher.launch(launch, theirs if rank == 0 else None, self._rank_ended)
                 )
+        except OSError as exc:  # a rank could not start: the ones that did are ended
+            raise self.degrade(f"a rank could not start ({exc})", None) from exc
         finally:
             theirs.close()  # rank 0 has its copy
         ready = self.ready = self.link.wait_ready(start_timeout_s)
