@@ -193,6 +193,7 @@ def test_a_killed_rank_degrades_the_model_until_a_restart(group: ServerProcess) 
         killed_at = time.monotonic()
         events += [line for line in lines if line.startswith("data: ")]
         ended_after = time.monotonic() - killed_at
+    print(f"the stream ended {ended_after:.2f} s after the kill")
     assert ended_after < TIMEOUT_S + 2, ended_after
     assert any('"error"' in event for event in events[1:]), events[-3:]
     later = _chat(server, "tiny")
@@ -226,6 +227,7 @@ def test_a_rank_that_stops_answering_fails_the_request_within_the_timeout(group:
     os.kill(rank_one.pid, signal.SIGSTOP)  # alive, but silent: rank 0 waits in a collective
     started = time.monotonic()
     stuck = _chat(server, "tiny")
+    print(f"the request failed {time.monotonic() - started:.2f} s after it was sent")
     assert time.monotonic() - started < TIMEOUT_S + 3
     assert (
         stuck.status_code == 503
