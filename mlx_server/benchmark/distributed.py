@@ -6,7 +6,7 @@ of SmolLM2's size built with mlx-lm's own classes (SmolLM2's vocabulary and toke
 768, 12 layers, 12 heads and 4 KV heads, MLP 2048: ~113 M parameters, float32). Both are served
 by one `mlx-manager serve`, the same directory registered twice ("local" and "sharded").
 Each round sends both the same greedy streamed request, alternating which goes first, with a
-~250-token prompt new to both (so TTFT is a full prefill); the texts must be identical.
+~280-token prompt new to both (so TTFT is a full prefill); the texts must be identical.
 Decode tokens/s and TTFT measured on the client; medians.
 
     python -m mlx_server.benchmark.distributed [--rounds 3] [--tokens 64] [--write docs/benchmarks.md]
@@ -123,7 +123,7 @@ def report(results: dict[str, list[Run]], rounds: int, tokens: int, load: str) -
         rows.append(f"| {label} | {tps:.1f} | {ttft * 1000:.0f} ms | {tps / base:.2f}x |")
     setup = (
         f"A random llama of SmolLM2-135M's size (width 768, 12 layers, 12 heads / 4 KV heads, "
-        f"float32, SmolLM2's vocabulary), greedy, streamed, max_tokens {tokens}, a new ~250-token "
+        f"float32, SmolLM2's vocabulary), greedy, streamed, max_tokens {tokens}, a new ~280-token "
         f"prompt each round, {rounds} alternating rounds (medians); texts identical in every round. "
         f"Load average at the start: {load}."
     )
