@@ -14,6 +14,7 @@ from mlx_server.api.v1 import (
     models,
     rerank,
     responses,
+    sharded,
     speech,
     tokenize,
     transcriptions,
@@ -34,3 +35,4 @@ router.include_router(admin.router)
 router.include_router(model_admin.router)
 router.include_router(lora.router)
 router.include_router(backends.router)
+router.include_router(sharded.router)
