@@ -2,6 +2,7 @@
 
 from fastapi import APIRouter
 
+from mlx_server.api import cluster_nodes
 from mlx_server.api.v1 import (
     admin,
     backends,
@@ -34,3 +35,4 @@ router.include_router(admin.router)
 router.include_router(model_admin.router)
 router.include_router(lora.router)
 router.include_router(backends.router)
+router.include_router(cluster_nodes.router)
