@@ -10,6 +10,7 @@ time: a node that went away is shown as unreachable, never waited for.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -46,12 +47,29 @@ def node_url(given: str) -> str:
         port = parts.port
     except ValueError:
         parts, port = None, None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path:
+    if parts is None or parts.scheme not in ("http", "https") or not _is_host(parts.hostname) or parts.path:
         raise APIError(
             400, f"{given!r} is not a node address; give HOST, HOST:PORT or http://HOST:PORT.", param="url"
         )
+    assert parts.hostname is not None
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{parts.scheme}://{host}:{port or DEFAULT_PORT}"
+
+
+def _is_host(name: str | None) -> bool:
+    """An IP address or a name the resolver can take (IDNA: no empty or over-long labels)."""
+    if not name:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        pass
+    try:
+        name.encode("idna")
+    except UnicodeError:
+        return False
+    return True
 
 
 class NodeIn(TextOnly):
@@ -81,10 +99,16 @@ async def fetch_report(url: str, api_key: str, timeout_s: float) -> NodeReport:
     try:
         async with httpx.AsyncClient(timeout=timeout_s, trust_env=False) as http:
             response = await http.get(f"{url}{REPORT_PATH}", headers={"Authorization": f"Bearer {api_key}"})
+    # 400s: the address given does not answer (a 5xx would say this server failed).
     except httpx.TimeoutException:
-        raise APIError(504, f"{url} did not answer within {timeout_s:g} s.", param="url") from None
+        raise APIError(400, f"{url} did not answer within {timeout_s:g} s.", param="url") from None
     except httpx.HTTPError as exc:
-        raise APIError(502, f"{url} cannot be reached: {exc or type(exc).__name__}.", param="url") from None
+        raise APIError(
+            400,
+            f"{url} cannot be reached ({exc or type(exc).__name__}): check that MLX Manager or "
+            "mlx-server runs there on that port, listening on an address this machine reaches.",
+            param="url",
+        ) from None
     if response.status_code in (401, 403):
         raise APIError(
             400, f"{url} refused the API key ({response.status_code}): {_message(response)}", param="api_key"
@@ -165,12 +189,13 @@ async def _check_address(url: str) -> None:
     try:
         await checked_addresses(parts.hostname or "", parts.port or DEFAULT_PORT, rule, resolve_host)
     except AddressRefused as refused:
-        raise APIError(
-            400,
-            f"Cannot use the node: {refused}. A link-local network (a Thunderbolt bridge's "
-            "169.254.0.0/16) must be listed in MLX_SERVER_REMOTE_ALLOWED_NETWORKS first.",
-            param="url",
-        ) from None
+        hint = (
+            " A link-local network (a Thunderbolt bridge's 169.254.0.0/16) must be listed in "
+            "MLX_SERVER_REMOTE_ALLOWED_NETWORKS first."
+            if "link-local" in str(refused)
+            else ""
+        )
+        raise APIError(400, f"Cannot use the node: {refused}.{hint}", param="url") from None
 
 
 def _message(response: httpx.Response) -> str:
