@@ -125,6 +125,12 @@ class MLXServerSettings(BaseSettings):
     timeout_seconds: float = Field(default=600, ge=0)
     endpoint_timeouts: dict[str, float] = Field(default_factory=dict)
 
+    # Sharded models (mlx_server/distributed): how long the server waits for its group's answer
+    # to one forward pass before the model is "degraded" (MLX's ring backend has no timeout of its
+    # own), and for every rank to load its shard at a start or restart.
+    distributed_timeout_s: float = Field(default=30, gt=0)
+    distributed_start_timeout_s: float = Field(default=300, gt=0)
+
     # Images in chat requests (services/images). A URL is fetched only if every address its host
     # (and each redirect's) resolves to is public: loopback, private, link-local (the cloud
     # metadata address 169.254.169.254), multicast and unspecified ones are refused unless

@@ -30,6 +30,11 @@ def _tensors(path: Path) -> dict[str, dict[str, Any]]:
     return found
 
 
+def safetensors_headers(path: Path) -> dict[str, dict[str, Any]]:
+    """Tensor name -> {dtype, shape, data_offsets} of the directory's weights (no weights read)."""
+    return _tensors(path)
+
+
 def _float32_bytes(path: Path, config: dict[str, Any]) -> int:
     """The weights' size once quantized layers are float32 (every tensor counted as float32)."""
     return parameter_count(path, config) * 4
@@ -75,6 +80,12 @@ def _dequantized_bytes(path: Path, config: dict[str, Any]) -> int | None:
         return None
     size = _float32_bytes(path, config)
     return size if size <= get_settings().cpu_float_weights_max_mb * 2**20 else None
+
+
+def dequantizes_on_load(path: Path, config: dict[str, Any]) -> bool:
+    """Whether this text model loads dequantized to float32 (`load_text_model`; a sharded
+    model's ranks follow the same rule: mlx_server/distributed/shard_load.py)."""
+    return _dequantized_bytes(path, config) is not None
 
 
 def loaded_bytes_estimate(path: Path, config: dict[str, Any], *, as_text_model: bool = True) -> int:

@@ -6,13 +6,14 @@ mlx-embeddings. Loaders run on the MLX thread; the pool decides when.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlmodel import Session
 
@@ -69,6 +70,23 @@ class DraftSpec:
     path: Path
 
 
+class ShardedGroupHandle(Protocol):
+    """A model whose forward passes run in a group of rank processes (mlx_server/distributed/
+    group.py): the pool asks it before each use and closes it with the model; its generations
+    take turns (one KV cache, on the ranks)."""
+
+    turn: asyncio.Lock
+
+    def check_available(self) -> None:
+        """Raise the error a request gets while the group cannot serve (503, naming the node)."""
+
+    def describe(self) -> dict[str, Any]:
+        """The `sharded` marker of the model's listing: strategy, ranks, nodes."""
+
+    def close(self) -> None:
+        """Stop the group's ranks."""
+
+
 @dataclass(eq=False)
 class LoadedModel:
     model_id: str
@@ -113,6 +131,8 @@ class LoadedModel:
     defaults_version: int = -1
     # Its directory: a request for a model whose files went away is refused (pool.acquire).
     path: Path | None = None
+    # A sharded model (mlx_server/distributed): `model` is its group's remote forward pass.
+    sharded: ShardedGroupHandle | None = None
 
     @property
     def chat(self) -> ModelAdapter:

@@ -98,6 +98,8 @@ class ModelPoolManager:
                 _check_type(model_id, spec.model_type, model_type)
                 loaded = await self._load_shared(spec)
             _check_type(model_id, loaded.model_type, model_type)
+            if loaded.sharded is not None:
+                loaded.sharded.check_available()  # a degraded group: 503 naming the node
             # Another load may have evicted it between its load and this waiter resuming.
             if self._models.get(model_id) is loaded:
                 loaded.active += 1
@@ -134,7 +136,23 @@ class ModelPoolManager:
     def get_loaded(self, model_id: str) -> LoadedModel | None:
         return self._models.get(model_id)
 
+    def sharding_of(self, model_id: str) -> dict[str, Any] | None:
+        """The `sharded` marker of a model served by a group of ranks (its listings), else None."""
+        loaded = self._models.get(model_id)
+        return loaded.sharded.describe() if loaded is not None and loaded.sharded is not None else None
+
     # --- Admin ---
+
+    async def install(self, loaded: LoadedModel) -> None:
+        """Serve `loaded`, made elsewhere (a sharded model: mlx_server/distributed/service.py),
+        pinned, in place of what the pool holds under its id; room is made for its size."""
+        async with self._load_lock:
+            if loaded.model_id in self._models:
+                await self.unload(loaded.model_id)
+            await self._make_room(loaded.model_id, loaded.size_bytes)
+            loaded.pinned = True
+            self._models[loaded.model_id] = loaded
+            self.load_count += 1
 
     async def preload(self, model_id: str, *, pin: bool = True) -> LoadedModel:
         async with self.lease(model_id) as loaded:
@@ -226,6 +244,7 @@ class ModelPoolManager:
                     "probed": m.probed,
                     "prompt_cache": m.prompt_cache.figures(),
                     **generation_options(m),
+                    **({"sharded": m.sharded.describe()} if m.sharded is not None else {}),
                 }
                 for m in reversed(self._models.values())  # most recently used first
             ],
@@ -263,7 +282,7 @@ class ModelPoolManager:
             existing = self._models.get(model_id)
             if existing is not None:
                 return existing
-            await self._make_room(spec)
+            await self._make_room(model_id, spec.estimate_bytes)
             started = time.perf_counter()
             loaded = await run_on_metal_thread(lambda: loader(spec))
             await run_on_metal_thread(partial(attach_disk, spec, loaded.prompt_cache))
@@ -278,12 +297,11 @@ class ModelPoolManager:
             )
             return loaded
 
-    async def _make_room(self, spec: ModelSpec) -> None:
-        need = spec.estimate_bytes
+    async def _make_room(self, model_id: str, need: int) -> None:
         if need > self.budget_bytes:
             raise APIError(
                 507,
-                f"Model {spec.model_id!r} needs about {_gb(need)}, more than the pool's memory budget of "
+                f"Model {model_id!r} needs about {_gb(need)}, more than the pool's memory budget of "
                 f"{_gb(self.budget_bytes)}; raise MLX_SERVER_MAX_MEMORY_GB or use a smaller quantization.",
                 param="model",
                 code="model_too_large",
@@ -292,21 +310,20 @@ class ModelPoolManager:
         while self.used_bytes + need > self.budget_bytes or len(self._models) >= self.max_models:
             victim = next((i for i, m in self._models.items() if not m.pinned and not m.active), None)
             if victim is not None:
-                logger.info("evicting %s to make room for %s", victim, spec.model_id)
+                logger.info("evicting %s to make room for %s", victim, model_id)
                 await self._evict(victim)
                 continue
             if any(not m.pinned for m in self._models.values()):
                 raise APIError(
                     503,
-                    f"Loading {spec.model_id!r} needs memory held by models that are generating; "
-                    "retry shortly.",
+                    f"Loading {model_id!r} needs memory held by models that are generating; retry shortly.",
                     headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)},
                     code="pool_busy",
                 )
             raise APIError(
                 507,
                 f"Pinned models fill the pool ({_gb(self.used_bytes)} of {_gb(self.budget_bytes)}, "
-                f"{len(self._models)} of {self.max_models} models); unpin one to load {spec.model_id!r}.",
+                f"{len(self._models)} of {self.max_models} models); unpin one to load {model_id!r}.",
                 param="model",
                 code="pool_full",
             )
@@ -323,6 +340,8 @@ class ModelPoolManager:
 
     async def _evict(self, model_id: str) -> None:
         loaded = self._models.pop(model_id)
+        if loaded.sharded is not None:
+            loaded.sharded.close()  # its ranks end with it
         # Drop the weights here: an evicted object still referenced elsewhere must not keep them.
         loaded.model = loaded.draft_model = None
         cache = loaded.prompt_cache

@@ -31,6 +31,10 @@ MAX_OPENAI_STOPS = 4
 
 
 class ModelObject(BaseModel):
+    # Extra fields a model may carry: `sharded` (strategy, ranks, nodes) for one served by a
+    # group of ranks (mlx_server/distributed).
+    model_config = ConfigDict(extra="allow")
+
     id: str
     object: Literal["model"] = "model"
     created: int

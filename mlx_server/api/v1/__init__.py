@@ -2,11 +2,11 @@
 
 from fastapi import APIRouter
 
-from mlx_server.api import cluster_nodes
 from mlx_server.api.v1 import (
     admin,
     backends,
     chat,
+    cluster_nodes,
     completions,
     embeddings,
     lora,
@@ -15,6 +15,7 @@ from mlx_server.api.v1 import (
     models,
     rerank,
     responses,
+    sharded,
     speech,
     tokenize,
     transcriptions,
@@ -36,3 +37,4 @@ router.include_router(model_admin.router)
 router.include_router(lora.router)
 router.include_router(backends.router)
 router.include_router(cluster_nodes.router)
+router.include_router(sharded.router)

@@ -142,6 +142,7 @@ def _summary(record: ModelRecord) -> dict[str, Any]:
         "size": record.size_bytes,
         "digest": digest(record),
         "details": details(Path(record.path), read_config(Path(record.path))),
+        **({"sharded": sharded} if (sharded := get_model_pool().sharding_of(record.id)) else {}),
     }
 
 

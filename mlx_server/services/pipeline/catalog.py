@@ -10,6 +10,7 @@ from mlx_server.config import get_settings
 from mlx_server.database import get_engine
 from mlx_server.errors import ModelNotFoundError
 from mlx_server.models.lora import find_adapter, list_adapters
+from mlx_server.models.pool import get_model_pool
 from mlx_server.models.store import get_model, list_models
 from mlx_server.records import LoraAdapter, ModelRecord
 from mlx_server.schemas.openai import ModelList, ModelObject
@@ -28,7 +29,13 @@ def _adapter_objects(session: Session) -> list[ModelObject]:
 
 def _model_object(record: ModelRecord) -> ModelObject:
     # owned_by names where the model came from, as LM Studio and Ollama do for local models.
-    return ModelObject(id=record.id, created=int(record.created_at.timestamp()), owned_by=str(record.source))
+    sharded = get_model_pool().sharding_of(record.id)
+    return ModelObject(
+        id=record.id,
+        created=int(record.created_at.timestamp()),
+        owned_by=str(record.source),
+        **({"sharded": sharded} if sharded is not None else {}),
+    )
 
 
 def _remote_objects(session: Session) -> list[ModelObject]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, Generator, Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import mlx.core as mx
@@ -178,8 +179,28 @@ async def generate_text(
     """The text of one generation, piece by piece; the last piece carries the finish reason.
 
     Stop strings never reach the caller, even split across tokens: text that could still
-    become one is held back until it cannot.
+    become one is held back until it cannot. A sharded model's generations take turns (its
+    ranks hold one KV cache: mlx_server/distributed/remote_model.py).
     """
+    turn = loaded.sharded.turn if loaded.sharded is not None else nullcontext()
+    async with turn:
+        pieces = _generate_text(loaded, prompt, params, max_tokens, stats, constraint, vision)
+        try:
+            async for piece in pieces:
+                yield piece
+        finally:
+            await pieces.aclose()
+
+
+async def _generate_text(
+    loaded: LoadedModel,
+    prompt: list[int],
+    params: GenerationParams,
+    max_tokens: int,
+    stats: CompletionStats,
+    constraint: GrammarProcessor | None,
+    vision: VisionInputs | None,
+) -> AsyncGenerator[GeneratedText, None]:
     started = time.perf_counter()
     first_token_at: float | None = None
     stop_filter = StopStringFilter(params.stop)

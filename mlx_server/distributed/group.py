@@ -1,0 +1,163 @@
+"""A sharded model's group of ranks: formed, watched, degraded, stopped.
+
+The group is "ready" once every rank has loaded its shard (rank 0 says so). Any rank that ends
+while it serves, or a forward pass that fails or outlives its deadline (link.py), makes it
+"degraded": every rank is killed (a rank blocked in a collective with a dead peer would wait
+forever; the ring cannot be repaired), and requests get a 503 naming the node of the rank that
+failed until `restart` forms a new group. Nothing else in the server is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from mlx_server.distributed.launcher import (
+    RankLaunch,
+    RankLauncher,
+    RunningRank,
+    exit_description,
+    ring_hostfile,
+)
+from mlx_server.distributed.link import Rank0Link
+from mlx_server.errors import APIError
+
+logger = logging.getLogger("mlx_server.distributed")
+
+# A client told "degraded" retries after this; the group comes back only by a restart.
+DEGRADED_RETRY_AFTER_SECONDS = 30
+# After a failure, how long to wait for the ranks' exits to name the one that failed first.
+CULPRIT_WAIT_SECONDS = 1.0
+
+
+class GroupState(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    DEGRADED = "degraded"
+    STOPPED = "stopped"
+
+
+@dataclass(eq=False)
+class ShardedGroup:
+    model_id: str
+    path: Path
+    strategy: str
+    hosts: list[str]  # the host of each rank, rank 0 first
+    directory: Path  # hostfiles and logs
+    launcher: RankLauncher
+    timeout_s: float
+    state: GroupState = GroupState.STARTING
+    failure: str | None = None
+    failed_host: str | None = None
+    ranks: list[RunningRank] = field(default_factory=list)
+    link: Rank0Link | None = None
+    started_at: float = field(default_factory=time.time)
+    # One generation at a time: the ranks hold one KV cache (remote_model.py).
+    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- Forming (blocking: run it in a thread) ---
+
+    def form(self, start_timeout_s: float) -> dict[str, Any]:
+        """Start every rank and wait for rank 0's `ready`; on failure the group is degraded
+        (its ranks killed) and the error raised."""
+        hostfile = ring_hostfile(self.hosts)
+        ours, theirs = socket.socketpair()
+        self.link = Rank0Link(ours, self.timeout_s, self._broken)
+        try:
+            for rank, host in enumerate(self.hosts):
+                launch = RankLaunch(rank, host, self.path, self.strategy, hostfile, self.directory)
+                self.ranks.append(
+                    self.launcher.launch(launch, theirs if rank == 0 else None, self._rank_ended)
+                )
+        finally:
+            theirs.close()  # rank 0 has its copy
+        ready = self.link.wait_ready(start_timeout_s)
+        with self._lock:
+            if self.state is GroupState.STARTING:
+                self.state = GroupState.READY
+        self.check_available()
+        return ready
+
+    # --- Faults ---
+
+    def _rank_ended(self, rank: RunningRank) -> None:
+        if self.state in (GroupState.STARTING, GroupState.READY):
+            self.degrade(f"rank {rank.rank} on node {rank.host} {exit_description(rank.exit_code)}", rank)
+
+    def _broken(self, reason: str) -> APIError:
+        return self.degrade(reason, None)
+
+    def _culprit(self, named: RunningRank | None) -> RunningRank | None:
+        """The rank that failed: one killed by a signal first (the others exit because it
+        did), else the one named, else the first seen gone."""
+        deadline = time.monotonic() + CULPRIT_WAIT_SECONDS
+        while True:
+            ended = [r for r in self.ranks if r.exit_code is not None]
+            killed = [r for r in ended if (r.exit_code or 0) < 0]
+            if killed:
+                return killed[0]
+            if time.monotonic() >= deadline:
+                return named or (ended[0] if ended else None)
+            time.sleep(0.05)
+
+    def degrade(self, reason: str, rank: RunningRank | None) -> APIError:
+        """Mark the group degraded (once), kill its ranks; the error requests get from now on."""
+        with self._lock:
+            if self.state in (GroupState.STARTING, GroupState.READY):
+                self.state = GroupState.DEGRADED
+                culprit = self._culprit(rank)
+                if culprit is not None:
+                    self.failed_host = culprit.host
+                    self.failure = (
+                        f"rank {culprit.rank} on node {culprit.host} {exit_description(culprit.exit_code)}"
+                    )
+                else:
+                    self.failed_host = ", ".join(dict.fromkeys(self.hosts))
+                    self.failure = reason
+                logger.warning("sharded model %s is degraded: %s (%s)", self.model_id, self.failure, reason)
+                self._end_ranks()
+        return self.unavailable()
+
+    def _end_ranks(self) -> None:
+        if self.link is not None:
+            self.link.close()
+        for rank in self.ranks:
+            rank.kill()
+
+    def unavailable(self) -> APIError:
+        if self.state is GroupState.STOPPED:
+            return APIError(503, f"The sharded model {self.model_id!r} was stopped.", code="sharded_stopped")
+        return APIError(
+            503,
+            f"The sharded model {self.model_id!r} is degraded: {self.failure} (node {self.failed_host}). "
+            f"Restart it (POST /v1/admin/sharded/{self.model_id}/restart) once the node is back.",
+            code="sharded_degraded",
+            headers={"Retry-After": str(DEGRADED_RETRY_AFTER_SECONDS)},
+        )
+
+    def check_available(self) -> None:
+        """Raise the error a request gets while the group cannot serve."""
+        if self.state is not GroupState.READY:
+            raise self.unavailable()
+
+    # --- Stopping ---
+
+    def close(self) -> None:
+        """Stop the group: rank 0 is asked to shut it down, then every rank is ended."""
+        with self._lock:
+            was = self.state
+            self.state = GroupState.STOPPED
+        if was is GroupState.READY and self.link is not None:
+            self.link.shut_down()
+        self._end_ranks()
+
+    def describe(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "ranks": len(self.hosts), "nodes": list(dict.fromkeys(self.hosts))}

@@ -1,0 +1,184 @@
+"""A model served by two ranks on this machine (MLX's ring backend over loopback), through
+`mlx-manager serve` as a user runs it: the tiny random 4-head llama sharded by tensor
+parallelism answers greedy chat (streamed and not) token for token as the same weights loaded
+in one process do, and speaks every protocol; a rank killed mid-stream ends the stream with an
+error within the collective timeout and makes the model "degraded" (503 naming the node) until
+a restart; no rank process outlives its group. One group, started once for the module."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.support import ServerProcess, register_in_home
+
+# Small, so that a test of a stuck group ends fast; a forward of the tiny model takes ~ms.
+TIMEOUT_S = 5
+QUESTION = [{"role": "user", "content": "Name three colours."}]
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_draft_dirs: dict[str, Path], smollm_dir: Path
+) -> Iterator[ServerProcess]:
+    home = tmp_path_factory.mktemp("sharded-home")
+    tiny = tiny_draft_dirs["tiny"]
+    register_in_home(home, {"tiny": tiny, "tiny-local": tiny, "smol": smollm_dir})
+    env = {
+        "MLX_SERVER_IDLE_TTL_SECONDS": "0",
+        "MLX_MANAGER_IMPORT_DEFAULT_MODEL": "false",
+        "MLX_SERVER_DISTRIBUTED_TIMEOUT_S": str(TIMEOUT_S),
+    }
+    process = ServerProcess(home, home / "serve.log", env=env)
+    process.start()
+    try:
+        started = httpx.post(
+            f"{process.url}/v1/admin/sharded", json={"model": "tiny", "ranks": 2}, timeout=300
+        )
+        assert started.status_code == 200, started.text
+        yield process
+    finally:
+        process.stop()
+        assert _ranks(process) == []
+
+
+def _ranks(server: ServerProcess) -> list[psutil.Process]:
+    """The server's rank workers still running (its children running mlx_server.distributed.rank)."""
+    assert server.process is not None
+    try:
+        children = psutil.Process(server.process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    found = []
+    for child in children:
+        try:
+            if (
+                "mlx_server.distributed.rank" in " ".join(child.cmdline())
+                and child.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _chat(server: ServerProcess, model: str, **extra: Any) -> httpx.Response:
+    body = {"model": model, "messages": QUESTION, "max_tokens": 12, "temperature": 0, **extra}
+    return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120)
+
+
+def _streamed_text(server: ServerProcess, model: str) -> str:
+    body = {"model": model, "messages": QUESTION, "max_tokens": 12, "temperature": 0, "stream": True}
+    text = ""
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunk = json.loads(line[len("data: ") :])
+                text += chunk["choices"][0]["delta"].get("content") or "" if chunk["choices"] else ""
+    return text
+
+
+def test_sharded_greedy_chat_equals_one_process_token_for_token(server: ServerProcess) -> None:
+    local = _chat(server, "tiny-local", logprobs=True).json()
+    sharded = _chat(server, "tiny", logprobs=True).json()
+    tokens = [t["token"] for t in sharded["choices"][0]["logprobs"]["content"]]
+    assert tokens == [t["token"] for t in local["choices"][0]["logprobs"]["content"]]
+    assert len(tokens) == 12 and sharded["choices"][0]["message"] == local["choices"][0]["message"]
+    assert (
+        _streamed_text(server, "tiny")
+        == _streamed_text(server, "tiny-local")
+        == local["choices"][0]["message"]["content"]
+    )
+    # Listed like a local model, marked sharded (OpenAI and Ollama listings).
+    listed = {m["id"]: m for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
+    assert listed["tiny"]["sharded"] == {"strategy": "tensor", "ranks": 2, "nodes": ["127.0.0.1"]}
+    assert "sharded" not in listed["tiny-local"]
+    tags = {m["name"]: m for m in httpx.get(f"{server.url}/api/tags").json()["models"]}
+    assert tags["tiny"]["sharded"]["ranks"] == 2
+
+
+def test_anthropic_responses_and_json_schema_work_on_the_sharded_model(server: ServerProcess) -> None:
+    message = httpx.post(
+        f"{server.url}/v1/messages",
+        json={"model": "tiny", "max_tokens": 8, "messages": QUESTION, "temperature": 0},
+        timeout=120,
+    )
+    assert message.status_code == 200, message.text
+    assert message.json()["content"][0]["type"] == "text" and message.json()["usage"]["output_tokens"] == 8
+    response = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": "tiny", "input": "Name three colours.", "max_output_tokens": 8, "temperature": 0},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] in ("completed", "incomplete") and response.json()["output"]
+    schema = {"type": "object", "properties": {"colour": {"type": "string"}}, "required": ["colour"]}
+    format_ = {"type": "json_schema", "json_schema": {"name": "colour", "schema": schema}}
+    constrained = _chat(server, "tiny", response_format=format_, max_tokens=40).json()
+    assert isinstance(json.loads(constrained["choices"][0]["message"]["content"])["colour"], str)
+
+
+def test_the_plan_refuses_smollm2_for_two_way_tensor_parallelism(server: ServerProcess) -> None:
+    refused = httpx.post(
+        f"{server.url}/v1/admin/sharded/plan",
+        json={"model": "smol", "ranks": 2, "strategy": "tensor"},
+        timeout=60,
+    )
+    assert refused.status_code == 409
+    assert "9 attention heads do not split into 2 ranks" in refused.json()["error"]["message"]
+    plan = httpx.post(f"{server.url}/v1/admin/sharded/plan", json={"model": "tiny", "ranks": 2}, timeout=60)
+    assert plan.status_code == 200 and plan.json()["strategy"] == "tensor"
+    assert len(plan.json()["rank_bytes"]) == 2 and all(b > 0 for b in plan.json()["rank_bytes"])
+
+
+def _kill_rank_one(server: ServerProcess) -> None:
+    rank_one = [p for p in _ranks(server) if "--control-fd" not in p.cmdline()]
+    assert len(rank_one) == 1
+    os.kill(rank_one[0].pid, signal.SIGKILL)
+
+
+def test_a_killed_rank_degrades_the_model_until_a_restart(server: ServerProcess) -> None:
+    body = {"model": "tiny", "messages": QUESTION, "max_tokens": 1500, "temperature": 0, "stream": True}
+    events: list[str] = []
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as response:
+        lines = response.iter_lines()
+        events.append(next(line for line in lines if line.startswith("data: ")))
+        _kill_rank_one(server)
+        killed_at = time.monotonic()
+        events += [line for line in lines if line.startswith("data: ")]
+        ended_after = time.monotonic() - killed_at
+    assert ended_after < TIMEOUT_S + 2, ended_after
+    assert any('"error"' in event for event in events[1:]), events[-3:]
+    later = _chat(server, "tiny")
+    assert later.status_code == 503 and "Retry-After" in later.headers
+    assert "node 127.0.0.1" in later.json()["error"]["message"]
+    status = httpx.get(f"{server.url}/v1/admin/sharded").json()["data"][0]
+    assert status["state"] == "degraded" and status["failed_node"] == "127.0.0.1"
+    assert "killed by SIGKILL" in status["failure"]
+    assert _chat(server, "tiny-local").status_code == 200  # nothing else on the node is affected
+    _wait_for(lambda: _ranks(server) == [])  # the survivor was ended with its group
+
+    restarted = httpx.post(f"{server.url}/v1/admin/sharded/tiny/restart", timeout=300)
+    assert restarted.status_code == 200 and restarted.json()["state"] == "ready"
+    assert (
+        _chat(server, "tiny").json()["choices"][0]["message"]
+        == _chat(server, "tiny-local").json()["choices"][0]["message"]
+    )
+    assert len(_ranks(server)) == 2
+
+
+def _wait_for(condition: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.1)
