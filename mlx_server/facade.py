@@ -15,6 +15,7 @@ from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import database_status, get_engine, get_session, upgrade_database
 from mlx_server.distributed import nodes as cluster_nodes
+from mlx_server.distributed import service as sharded_service
 from mlx_server.distributed.node_info import node_report
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
@@ -153,10 +154,8 @@ from mlx_server.services.pipeline.events import (
     ReasoningDelta,
     Reply,
     TextDelta,
-    TokenLogprob,
     ToolCallDelta,
     ToolCallDone,
-    ToolCallEvent,
     ToolCallRejected,
     ToolCallStarted,
     Usage,
@@ -271,12 +270,10 @@ __all__ = [
     "SpeechStream",
     "TextDelta",
     "TextPart",
-    "TokenLogprob",
     "Tool",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",
-    "ToolCallEvent",
     "ToolCallRejected",
     "ToolCallStarted",
     "ToolChoice",
@@ -384,6 +381,7 @@ __all__ = [
     "set_pinned",
     "set_pool_limits",
     "set_probe_starter",
+    "sharded_service",
     "start_arrival_probe",
     "suggested_model_id",
     "synthesize_speech",
