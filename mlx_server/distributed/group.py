@@ -59,6 +59,7 @@ class ShardedGroup:
     ranks: list[RunningRank] = field(default_factory=list)
     link: Rank0Link | None = None
     started_at: float = field(default_factory=time.time)
+    ready: dict[str, Any] = field(default_factory=dict)  # rank 0's `ready` (wire.py)
     # One generation at a time: the ranks hold one KV cache (remote_model.py).
     turn: asyncio.Lock = field(default_factory=asyncio.Lock)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -79,7 +80,7 @@ class ShardedGroup:
                 )
         finally:
             theirs.close()  # rank 0 has its copy
-        ready = self.link.wait_ready(start_timeout_s)
+        ready = self.ready = self.link.wait_ready(start_timeout_s)
         with self._lock:
             if self.state is GroupState.STARTING:
                 self.state = GroupState.READY

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -73,17 +72,17 @@ def exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def free_port(host: str) -> int:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def ring_hostfile(hosts: list[str]) -> list[list[str]]:
-    """mlx.launch's ring hostfile for one rank per entry of `hosts`: a free port each (this
-    machine's ports; a remote node's rank gets one its node picks)."""
-    return [[f"{host}:{free_port(host)}"] for host in hosts]
+    """mlx.launch's ring hostfile for one rank per entry of `hosts`: a free port each, all
+    different (every probe stays bound until all are picked)."""
+    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in hosts]
+    try:
+        for probe, host in zip(probes, hosts, strict=True):
+            probe.bind((host, 0))
+        return [[f"{host}:{probe.getsockname()[1]}"] for probe, host in zip(probes, hosts, strict=True)]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 class LocalRank:

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_server.distributed.lockstep import Lockstep
     from mlx_server.distributed.shard_load import load_shard
     from mlx_server.distributed.wire import send_frame
+    from mlx_server.utils.memory import activation_bytes
 
     control = socket.socket(fileno=args.control_fd) if args.control_fd is not None else None
     try:
@@ -93,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         if control is None:
             lockstep.follow()
             return 0
-        send_frame(control, {"op": "ready", "ranks": group.size(), "memory_bytes": mx.get_active_memory()})
+        ready = {
+            "op": "ready",
+            "ranks": group.size(),
+            "memory_bytes": mx.get_active_memory(),
+            "activation_bytes": activation_bytes(lockstep.model),  # the KV cache's bytes per value
+        }
+        send_frame(control, ready)
         _serve(lockstep, control)
         return 0
     except Exception as exc:  # the group is broken (or never formed): say why, then end

@@ -53,9 +53,15 @@ class RemoteCache:
 
 
 class RemoteModel:
-    def __init__(self, link: Rank0Link, config: dict[str, Any]) -> None:
+    def __init__(self, link: Rank0Link, config: dict[str, Any], activation_bytes: int) -> None:
         self.link = link
         self.config = config
+        self.activation_bytes = activation_bytes
+
+    def parameters(self) -> dict[str, mx.array]:
+        """No weights here (they are on the ranks): one empty array of the ranks' activation
+        type, which is what the probe reads from a model's parameters (KV bytes per token)."""
+        return {"activations": mx.zeros((0,), dtype=mx.float32 if self.activation_bytes >= 4 else mx.float16)}
 
     def make_cache(self) -> list[Any]:
         return [RemoteCache()]

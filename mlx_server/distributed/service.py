@@ -109,7 +109,7 @@ def _loaded_model(spec: ModelSpec, group: ShardedGroup, plan: ShardPlan) -> Load
         model_id=spec.model_id,
         model_type=spec.model_type,
         family=spec.family,
-        model=RemoteModel(group.link, spec.config),
+        model=RemoteModel(group.link, spec.config, int(group.ready.get("activation_bytes", 4))),
         tokenizer=tokenizer,
         adapter=create_adapter(spec.family, tokenizer, spec.capabilities),
         config=spec.config,

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,17 @@ from tests.support import ServerProcess, register_in_home
 # Small, so that a test of a stuck group ends fast; a forward of the tiny model takes ~ms.
 TIMEOUT_S = 5
 QUESTION = [{"role": "user", "content": "Name three colours."}]
+# Every rank process the tests saw: none may outlive the module's server.
+SEEN_RANKS: set[psutil.Process] = set()
 
 
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, tiny_draft_dirs: dict[str, Path], smollm_dir: Path
+    tmp_path_factory: pytest.TempPathFactory, tiny_draft_dirs: dict[str, Path]
 ) -> Iterator[ServerProcess]:
     home = tmp_path_factory.mktemp("sharded-home")
     tiny = tiny_draft_dirs["tiny"]
-    register_in_home(home, {"tiny": tiny, "tiny-local": tiny, "smol": smollm_dir})
+    register_in_home(home, {"tiny": tiny, "tiny-local": tiny})
     env = {
         "MLX_SERVER_IDLE_TTL_SECONDS": "0",
         "MLX_MANAGER_IMPORT_DEFAULT_MODEL": "false",
@@ -46,9 +49,35 @@ def server(
         )
         assert started.status_code == 200, started.text
         yield process
+        _ranks(process)
     finally:
         process.stop()
-        assert _ranks(process) == []
+    # The server's shutdown ended its ranks: none of those seen is left, reparented or not.
+    assert SEEN_RANKS
+    _wait_for(lambda: not any(_alive(rank) for rank in SEEN_RANKS))
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture
+def group(server: ServerProcess) -> ServerProcess:
+    """The server with its group ready: a test that degraded it may have run before (under
+    xdist the order is not the file's)."""
+    groups = httpx.get(f"{server.url}/v1/admin/sharded").json()["data"]
+    if not groups:  # stopped by a test
+        started = httpx.post(
+            f"{server.url}/v1/admin/sharded", json={"model": "tiny", "ranks": 2}, timeout=300
+        )
+        assert started.status_code == 200, started.text
+    elif groups[0]["state"] != "ready":
+        restarted = httpx.post(f"{server.url}/v1/admin/sharded/tiny/restart", timeout=300)
+        assert restarted.status_code == 200, restarted.text
+    return server
 
 
 def _ranks(server: ServerProcess) -> list[psutil.Process]:
@@ -66,6 +95,7 @@ def _ranks(server: ServerProcess) -> list[psutil.Process]:
                 and child.status() != psutil.STATUS_ZOMBIE
             ):
                 found.append(child)
+                SEEN_RANKS.add(child)
         except psutil.NoSuchProcess:
             pass
     return found
@@ -88,7 +118,8 @@ def _streamed_text(server: ServerProcess, model: str) -> str:
     return text
 
 
-def test_sharded_greedy_chat_equals_one_process_token_for_token(server: ServerProcess) -> None:
+def test_sharded_greedy_chat_equals_one_process_token_for_token(group: ServerProcess) -> None:
+    server = group
     local = _chat(server, "tiny-local", logprobs=True).json()
     sharded = _chat(server, "tiny", logprobs=True).json()
     tokens = [t["token"] for t in sharded["choices"][0]["logprobs"]["content"]]
@@ -99,6 +130,10 @@ def test_sharded_greedy_chat_equals_one_process_token_for_token(server: ServerPr
         == _streamed_text(server, "tiny-local")
         == local["choices"][0]["message"]["content"]
     )
+    # The next request with the same prompt reuses the prefix the ranks' KV caches still hold.
+    again = _chat(server, "tiny").json()
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert again["choices"][0]["message"] == local["choices"][0]["message"]
     # Listed like a local model, marked sharded (OpenAI and Ollama listings).
     listed = {m["id"]: m for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
     assert listed["tiny"]["sharded"] == {"strategy": "tensor", "ranks": 2, "nodes": ["127.0.0.1"]}
@@ -107,7 +142,8 @@ def test_sharded_greedy_chat_equals_one_process_token_for_token(server: ServerPr
     assert tags["tiny"]["sharded"]["ranks"] == 2
 
 
-def test_anthropic_responses_and_json_schema_work_on_the_sharded_model(server: ServerProcess) -> None:
+def test_anthropic_responses_and_json_schema_work_on_the_sharded_model(group: ServerProcess) -> None:
+    server = group
     message = httpx.post(
         f"{server.url}/v1/messages",
         json={"model": "tiny", "max_tokens": 8, "messages": QUESTION, "temperature": 0},
@@ -128,17 +164,16 @@ def test_anthropic_responses_and_json_schema_work_on_the_sharded_model(server: S
     assert isinstance(json.loads(constrained["choices"][0]["message"]["content"])["colour"], str)
 
 
-def test_the_plan_refuses_smollm2_for_two_way_tensor_parallelism(server: ServerProcess) -> None:
-    refused = httpx.post(
-        f"{server.url}/v1/admin/sharded/plan",
-        json={"model": "smol", "ranks": 2, "strategy": "tensor"},
-        timeout=60,
-    )
-    assert refused.status_code == 409
-    assert "9 attention heads do not split into 2 ranks" in refused.json()["error"]["message"]
-    plan = httpx.post(f"{server.url}/v1/admin/sharded/plan", json={"model": "tiny", "ranks": 2}, timeout=60)
-    assert plan.status_code == 200 and plan.json()["strategy"] == "tensor"
-    assert len(plan.json()["rank_bytes"]) == 2 and all(b > 0 for b in plan.json()["rank_bytes"])
+def test_requests_take_turns_and_a_client_that_leaves_frees_the_model(group: ServerProcess) -> None:
+    server = group
+    expected = _chat(server, "tiny-local").json()["choices"][0]["message"]
+    with ThreadPoolExecutor(2) as pool:  # two at once: the second waits its turn, neither is garbled
+        answers = list(pool.map(lambda _: _chat(server, "tiny").json()["choices"][0]["message"], range(2)))
+    assert answers == [expected, expected]
+    body = {"model": "tiny", "messages": QUESTION, "max_tokens": 1500, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as response:
+        next(line for line in response.iter_lines() if line.startswith("data: "))  # then the client leaves
+    assert _chat(server, "tiny").json()["choices"][0]["message"] == expected
 
 
 def _kill_rank_one(server: ServerProcess) -> None:
@@ -147,7 +182,8 @@ def _kill_rank_one(server: ServerProcess) -> None:
     os.kill(rank_one[0].pid, signal.SIGKILL)
 
 
-def test_a_killed_rank_degrades_the_model_until_a_restart(server: ServerProcess) -> None:
+def test_a_killed_rank_degrades_the_model_until_a_restart(group: ServerProcess) -> None:
+    server = group
     body = {"model": "tiny", "messages": QUESTION, "max_tokens": 1500, "temperature": 0, "stream": True}
     events: list[str] = []
     with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as response:
@@ -182,3 +218,33 @@ def _wait_for(condition: Any, timeout: float = 10) -> None:
     while not condition():
         assert time.monotonic() < deadline, "not within the time"
         time.sleep(0.1)
+
+
+def test_a_rank_that_stops_answering_fails_the_request_within_the_timeout(group: ServerProcess) -> None:
+    server = group
+    rank_one = next(p for p in _ranks(server) if "--control-fd" not in p.cmdline())
+    os.kill(rank_one.pid, signal.SIGSTOP)  # alive, but silent: rank 0 waits in a collective
+    started = time.monotonic()
+    stuck = _chat(server, "tiny")
+    assert time.monotonic() - started < TIMEOUT_S + 3
+    assert (
+        stuck.status_code == 503
+        and f"did not answer within {TIMEOUT_S} s" in stuck.json()["error"]["message"]
+    )
+    _wait_for(lambda: _ranks(server) == [])  # the stopped rank too (SIGKILL after the grace period)
+    assert _chat(server, "tiny-local").status_code == 200
+
+
+def test_stopping_serves_the_model_from_one_process_again(server: ServerProcess) -> None:
+    # Ready or degraded (by the test before it in the file's order), the group stops.
+    stopped = httpx.delete(f"{server.url}/v1/admin/sharded/tiny", timeout=60)
+    assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
+    _wait_for(lambda: _ranks(server) == [])
+    assert httpx.get(f"{server.url}/v1/admin/sharded").json()["data"] == []
+    listed = {m["id"]: m for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
+    assert "sharded" not in listed["tiny"]
+    assert (
+        _chat(server, "tiny").json()["choices"][0]["message"]
+        == _chat(server, "tiny-local").json()["choices"][0]["message"]
+    )
+    assert httpx.delete(f"{server.url}/v1/admin/sharded/tiny").status_code == 404
