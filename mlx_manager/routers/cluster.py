@@ -24,6 +24,7 @@ router = APIRouter(prefix="/cluster")
 
 Strategy = Literal["auto", "tensor", "pipeline"]
 Ranks = Annotated[int, Form(ge=2, le=sharded_service.MAX_RANKS)]
+ModelId = Annotated[str, Form(min_length=1, max_length=255)]
 
 
 async def _page(page: Page, *, error: str | None = None, **shown: Any) -> HTMLResponse:
@@ -64,9 +65,9 @@ async def cluster_page(page: PageDep) -> HTMLResponse:
 @router.post("/nodes", response_class=HTMLResponse)
 async def add_node(
     page: PageDep,
-    host: Annotated[str, Form()],
-    api_key: Annotated[str, Form()],
-    name: Annotated[str, Form()] = "",
+    host: Annotated[str, Form(max_length=512)],
+    api_key: Annotated[str, Form(max_length=512)],
+    name: Annotated[str, Form(max_length=64)] = "",
 ) -> Response:
     """Add a node: stored only once it has answered with its report, with this key."""
     try:
@@ -78,7 +79,7 @@ async def add_node(
 
 
 @router.post("/nodes/remove", response_class=HTMLResponse)
-async def remove_node(page: PageDep, name: Annotated[str, Form()]) -> Response:
+async def remove_node(page: PageDep, name: Annotated[str, Form(max_length=64)]) -> Response:
     try:
         cluster_nodes.remove_node(page.session, name)
     except APIError as exc:
@@ -89,7 +90,7 @@ async def remove_node(page: PageDep, name: Annotated[str, Form()]) -> Response:
 @router.post("/sharded/plan", response_class=HTMLResponse)
 async def plan(
     page: PageDep,
-    model: Annotated[str, Form()],
+    model: ModelId,
     ranks: Ranks = 2,
     strategy: Annotated[Strategy, Form()] = "auto",
 ) -> Response:
@@ -105,7 +106,7 @@ async def plan(
 @router.post("/sharded", response_class=HTMLResponse)
 async def start(
     page: PageDep,
-    model: Annotated[str, Form()],
+    model: ModelId,
     ranks: Ranks = 2,
     strategy: Annotated[Strategy, Form()] = "auto",
 ) -> Response:
@@ -118,7 +119,7 @@ async def start(
 
 
 @router.post("/sharded/restart", response_class=HTMLResponse)
-async def restart(page: PageDep, model: Annotated[str, Form()]) -> Response:
+async def restart(page: PageDep, model: ModelId) -> Response:
     """A new group in place of the old one (a degraded model answers again)."""
     try:
         await sharded_service.restart_sharded(model)
@@ -128,7 +129,7 @@ async def restart(page: PageDep, model: Annotated[str, Form()]) -> Response:
 
 
 @router.post("/sharded/stop", response_class=HTMLResponse)
-async def stop(page: PageDep, model: Annotated[str, Form()]) -> Response:
+async def stop(page: PageDep, model: ModelId) -> Response:
     try:
         await sharded_service.stop_sharded(model)
     except APIError as exc:

@@ -39,6 +39,8 @@ def test_the_plan_comes_first_and_a_refusal_says_why(client: TestClient, smollm_
     assert "<td>0, 1, 2</td>" in plan and 'action="/cluster/sharded"' in plan  # three ranks here
     too_many = client.post("/cluster/sharded/plan", data={**form, "ranks": "99"}, headers=headers)
     assert too_many.status_code == 422
+    huge = client.post("/cluster/sharded/plan", data={**form, "model": "m" * 100_000}, headers=headers)
+    assert huge.status_code == 422 and "string_too_long" in huge.text  # refused before any lookup
 
 
 def test_a_planned_model_starts_from_the_page_and_stops(
