@@ -13,7 +13,7 @@ import typer
 import uvicorn
 from sqlmodel import Session
 
-from mlx_manager import cli_models
+from mlx_manager import cli_cluster, cli_models
 from mlx_manager.cli_verbs import register_verbs
 from mlx_manager.config import ManagerSettings, get_manager_settings
 from mlx_manager.services.admin_account import PasswordRefused, password_is_set, set_password
@@ -67,6 +67,7 @@ models_cli.add_typer(cli_models.app)  # models add | scan | convert | set
 app.add_typer(db_cli, name="db")
 app.add_typer(keys_cli, name="keys")
 app.add_typer(admin_cli, name="admin")
+app.add_typer(cli_cluster.app, name="cluster")
 
 log = logging.getLogger("mlx_manager")
 

@@ -1,9 +1,5 @@
-"""What the manager may use of the server: the one seam between `mlx_manager` and `mlx_server`.
-
-`mlx_manager` imports from this module only (tests/test_architecture.py checks it), so a change
-inside the server that keeps these names keeps the dashboard working. Grouped by what it is for:
-the app and its settings, the database, models, the pool, chat (its typed messages and tools),
-probes, the audit log, run-time settings overrides, the benchmarks' command line and report."""
+"""The one seam between `mlx_manager` and `mlx_server`: the manager imports from this module only
+(tests/test_architecture.py checks it), so a server change that keeps these names keeps it working."""
 
 from __future__ import annotations
 
@@ -18,6 +14,9 @@ from mlx_server.config import DEFAULT_HOME, MLXServerSettings, SettingsSlot, is_
 from mlx_server.config import get_settings as get_server_settings
 from mlx_server.config import use_settings as use_server_settings
 from mlx_server.database import SessionDep, background_session, database_status, upgrade_database
+from mlx_server.distributed import nodes as cluster_nodes
+from mlx_server.distributed import service as sharded_service
+from mlx_server.distributed.node_info import node_report
 from mlx_server.errors import APIError, ModelNotFoundError
 from mlx_server.home_lock import HomeInUse, ServingProcess, lock_home, serving_process
 from mlx_server.main import create_app as create_server_app
@@ -155,10 +154,8 @@ from mlx_server.services.pipeline.events import (
     ReasoningDelta,
     Reply,
     TextDelta,
-    TokenLogprob,
     ToolCallDelta,
     ToolCallDone,
-    ToolCallEvent,
     ToolCallRejected,
     ToolCallStarted,
     Usage,
@@ -274,12 +271,10 @@ __all__ = [
     "SpeechStream",
     "TextDelta",
     "TextPart",
-    "TokenLogprob",
     "Tool",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",
-    "ToolCallEvent",
     "ToolCallRejected",
     "ToolCallStarted",
     "ToolChoice",
@@ -303,6 +298,7 @@ __all__ = [
     "check_benchmark",
     "check_request",
     "clip",
+    "cluster_nodes",
     "configure_tracing",
     "convert_model",
     "count_audit_rows",
@@ -354,6 +350,7 @@ __all__ = [
     "metrics_router",
     "model_defaults",
     "model_options",
+    "node_report",
     "page_before",
     "parse_assignments",
     "plan_conversion",
@@ -384,6 +381,7 @@ __all__ = [
     "set_pinned",
     "set_pool_limits",
     "set_probe_starter",
+    "sharded_service",
     "start_arrival_probe",
     "suggested_model_id",
     "synthesize_speech",

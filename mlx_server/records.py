@@ -234,3 +234,18 @@ class StoredResponse(SQLModel, table=True):
     input_items: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     # The response object as it was returned.
     body: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class ClusterNode(SQLModel, table=True):
+    """Another MLX Manager or mlx-server this one can serve sharded models with
+    (mlx_server/distributed/nodes.py); reached over HTTP with one of its admin API keys, which is
+    stored to be sent and never shown back."""
+
+    __tablename__ = "cluster_nodes"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=64, unique=True, index=True)
+    # Its root URL (http://host:port), as given when it was added.
+    url: str = Field(max_length=512)
+    api_key: str = Field(max_length=512)
+    created_at: datetime = Field(default_factory=utcnow)

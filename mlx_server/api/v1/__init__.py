@@ -6,6 +6,7 @@ from mlx_server.api.v1 import (
     admin,
     backends,
     chat,
+    cluster_nodes,
     completions,
     embeddings,
     lora,
@@ -35,4 +36,5 @@ router.include_router(admin.router)
 router.include_router(model_admin.router)
 router.include_router(lora.router)
 router.include_router(backends.router)
+router.include_router(cluster_nodes.router)
 router.include_router(sharded.router)
