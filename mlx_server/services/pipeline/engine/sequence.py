@@ -191,16 +191,17 @@ class Alone:
         assert self.drafts is not None
         progress, drafts = self.progress, self.drafts
         value: int = token.item()  # type: ignore[assignment]  # one token
-        steps = self._report(value, logprobs)
-        if self.finished:
-            return steps
         drafts.extend([value])
-        proposal = drafts.propose(self.decoder.left - 1)  # the model's own token follows them
-        if not proposal:
+        # Room after this token (its report takes one); the model's own token follows the drafts.
+        proposal = drafts.propose(self.decoder.left - 2)
+        if not proposal:  # the next token is computed while this one becomes text, as `advance` does
             self.pending = self._feed(token)
             progress.fed.append(value)
             if self.sequence.error is not None:
                 raise self.sequence.error
+            return self._report(value, logprobs)
+        steps = self._report(value, logprobs)
+        if self.finished:
             return steps
         outcome = verify(
             self.loaded.model,
