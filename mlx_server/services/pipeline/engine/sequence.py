@@ -175,11 +175,13 @@ class Alone:
             if self.drafts is not None:
                 return self._lookup_step(*self.pending)
             token, logprobs = self.pending
-            self.pending = self._feed(token)
+            last = self.decoder.left <= 1  # nothing follows the budget's last token (as generate_step)
+            self.pending = None if last else self._feed(token)
             if self.sequence.error is not None:  # its logits processors failed on this token
                 raise self.sequence.error
             value: int = token.item()  # type: ignore[assignment]  # one token
-            progress.fed.append(value)
+            if not last:
+                progress.fed.append(value)
             steps = self._report(value, logprobs)
             if len(progress.fed) % 256 == 0:
                 mx.clear_cache()
@@ -191,16 +193,19 @@ class Alone:
         assert self.drafts is not None
         progress, drafts = self.progress, self.drafts
         value: int = token.item()  # type: ignore[assignment]  # one token
-        steps = self._report(value, logprobs)
-        if self.finished:
-            return steps
         drafts.extend([value])
-        proposal = drafts.propose(self.decoder.left - 1)  # the model's own token follows them
-        if not proposal:
+        # Room after this token (its report takes one); the model's own token follows the drafts.
+        proposal = drafts.propose(self.decoder.left - 2)
+        if not proposal and self.decoder.left <= 1:  # the budget's last token
+            return self._report(value, logprobs)
+        if not proposal:  # the next token is computed while this one becomes text, as `advance` does
             self.pending = self._feed(token)
             progress.fed.append(value)
             if self.sequence.error is not None:
                 raise self.sequence.error
+            return self._report(value, logprobs)
+        steps = self._report(value, logprobs)
+        if self.finished:
             return steps
         outcome = verify(
             self.loaded.model,
