@@ -23,7 +23,6 @@ from mlx_server.distributed.launcher import (
     RankLaunch,
     RankLauncher,
     RunningRank,
-    exit_description,
 )
 from mlx_server.distributed.link import Rank0Link
 from mlx_server.errors import APIError
@@ -99,18 +98,18 @@ class ShardedGroup:
 
     def _rank_ended(self, rank: RunningRank) -> None:
         if self.state in (GroupState.STARTING, GroupState.READY):
-            self.degrade(f"rank {rank.rank} on node {rank.host} {exit_description(rank.exit_code)}", rank)
+            self.degrade(f"rank {rank.rank} on node {rank.host} {rank.ending}", rank)
 
     def _broken(self, reason: str) -> APIError:
         return self.degrade(reason, None)
 
     def _culprit(self, named: RunningRank | None) -> RunningRank | None:
-        """The rank that failed: one killed by a signal first (the others exit because it
-        did), else the one named, else the first seen gone."""
+        """The rank that failed: one killed by a signal, or on a node that is gone, first (the
+        others exit because it did), else the one named, else the first seen gone."""
         deadline = time.monotonic() + CULPRIT_WAIT_SECONDS
         while True:
             ended = [r for r in self.ranks if r.exit_code is not None]
-            killed = [r for r in ended if (r.exit_code or 0) < 0]
+            killed = [r for r in ended if (r.exit_code or 0) < 0 or r.lost]
             if killed:
                 return killed[0]
             if time.monotonic() >= deadline:
@@ -125,9 +124,7 @@ class ShardedGroup:
                 culprit = self._culprit(rank)
                 if culprit is not None:
                     self.failed_host = culprit.host
-                    self.failure = (
-                        f"rank {culprit.rank} on node {culprit.host} {exit_description(culprit.exit_code)}"
-                    )
+                    self.failure = f"rank {culprit.rank} on node {culprit.host} {culprit.ending}"
                 else:
                     self.failed_host = ", ".join(dict.fromkeys(self.hosts))
                     self.failure = reason

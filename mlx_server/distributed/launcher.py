@@ -46,10 +46,15 @@ class RankLaunch:
 class RunningRank(Protocol):
     rank: int
     host: str
+    lost: bool  # its node stopped answering (remote_launcher.py): it counts as ended
 
     @property
     def exit_code(self) -> int | None:
         """None while it runs."""
+
+    @property
+    def ending(self) -> str:
+        """How it ended, for the group's failure ("killed by SIGKILL"), or "running"."""
 
     def kill(self) -> None:
         """End it now (SIGTERM, SIGKILL after a grace period); returns at once."""
@@ -85,10 +90,15 @@ class LocalRank:
         self.process = process
         self.log = log
         self.stopping = False
+        self.lost = False
 
     @property
     def exit_code(self) -> int | None:
         return self.process.poll()
+
+    @property
+    def ending(self) -> str:
+        return exit_description(self.exit_code)
 
     @property
     def pid(self) -> int:

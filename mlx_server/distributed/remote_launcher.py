@@ -30,6 +30,14 @@ class RankStartError(OSError):
     """A node refused or could not start a rank (its own reason)."""
 
 
+class NodeGone(RankStartError):
+    """The node did not answer (`refused`: nothing listens there any more)."""
+
+    def __init__(self, message: str, refused: bool) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
 def route_ip(url: str) -> str:
     """This machine's address on the route to the node at `url` (where its ranks listen)."""
     parts = urlsplit(url)
@@ -46,10 +54,16 @@ class RemoteRank:
         self._launcher = launcher
         self._exit_code: int | None = None
         self.stopping = False
+        self.lost = False
+        self._lost_reason = ""
 
     @property
     def exit_code(self) -> int | None:
         return self._exit_code
+
+    @property
+    def ending(self) -> str:
+        return f"was lost ({self._lost_reason})" if self.lost else exit_description(self._exit_code)
 
     def kill(self) -> None:
         self.stopping = True
@@ -63,16 +77,19 @@ class RemoteRank:
             try:
                 state = self._launcher.request("GET", f"/{self.rank_id}", timeout=LOST_AFTER_S)
                 answered = time.monotonic()
-            except RankStartError as exc:
-                if time.monotonic() - answered < LOST_AFTER_S and not self.stopping:
+            except NodeGone as exc:
+                # Refused: its server is gone, and its ranks with it. Silent: give it LOST_AFTER_S.
+                if not exc.refused and time.monotonic() - answered < LOST_AFTER_S and not self.stopping:
                     continue
-                logger.warning("rank %d on node %s is lost: %s", self.rank, self.host, exc)
+                self.lost, self._lost_reason = True, str(exc)
+                state = {"state": "exited", "exit_code": LOST_EXIT_CODE}
+            except RankStartError as exc:  # it answers, but no longer knows the rank
+                self.lost, self._lost_reason = True, str(exc)
                 state = {"state": "exited", "exit_code": LOST_EXIT_CODE}
             if state["state"] == "exited":
                 self._exit_code = int(state["exit_code"])
                 level = logging.INFO if self.stopping else logging.WARNING
-                ended = exit_description(self._exit_code)
-                logger.log(level, "rank %d on node %s %s", self.rank, self.host, ended)
+                logger.log(level, "rank %d on node %s %s", self.rank, self.host, self.ending)
                 on_exit(self)
                 return
 
@@ -92,9 +109,12 @@ class NodeRankLauncher:
                 method, f"{self.url}/v1/admin/node/ranks{path}", json=body, headers=self._headers,
                 timeout=timeout, trust_env=False,
             )  # fmt: skip
+        except httpx.TimeoutException:
+            raise NodeGone(f"node {self.name} did not answer within {timeout:g} s", refused=False) from None
         except httpx.HTTPError as exc:
             reason = exc or type(exc).__name__
-            raise RankStartError(f"node {self.name} ({self.url}) cannot be reached: {reason}") from None
+            refused = isinstance(exc, httpx.ConnectError)
+            raise NodeGone(f"node {self.name} ({self.url}) cannot be reached: {reason}", refused) from None
         if response.status_code != 200:
             try:
                 reason = response.json()["error"]["message"]

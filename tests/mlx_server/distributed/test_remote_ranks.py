@@ -61,7 +61,7 @@ def _ranks(pid: int) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if "mlx_server.distributed.rank" in " ".join(child.cmdline()) and child.status() != "zombie":
+            if "mlx_server.distributed.rank" in " ".join(child.cmdline()) and _alive(child):
                 found.append(child)
         except psutil.NoSuchProcess:
             pass
@@ -89,6 +89,7 @@ def _wait_for(condition: Any, timeout: float = 15) -> None:
 def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     url = pair.coordinator.url
     assert pair.coordinator.process is not None
+    _node_refuses_a_rank_of_a_model_it_lacks_or_holds_another_copy_of(pair)
     # The node has no "tiny-local": the plan says so before anything starts.
     refused = httpx.post(
         f"{url}/v1/admin/sharded/plan", json={"model": "tiny-local", "nodes": ["node2"]}, timeout=60
@@ -123,14 +124,31 @@ def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     restarted = httpx.post(f"{url}/v1/admin/sharded/tiny/restart", timeout=300)
     assert restarted.status_code == 200 and restarted.json()["nodes"] == ["127.0.0.1", "node2"]
     assert _tokens(_chat(url, "tiny").json()) == _tokens(local)
-    assert len(_ranks(pair.node.process.pid)) == 1
-
+    [there] = _ranks(pair.node.process.pid)
     stopped = httpx.delete(f"{url}/v1/admin/sharded/tiny", timeout=60)
     assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
     _wait_for(lambda: _ranks(pair.coordinator.process.pid) == [] and _ranks(pair.node.process.pid) == [])
+    assert not there.is_running()
+
+    # The node machine goes away (its server killed): its rank ends with it, the model names it.
+    started = httpx.post(f"{url}/v1/admin/sharded", json={"model": "tiny", "nodes": ["node2"]}, timeout=300)
+    assert started.status_code == 200, started.text
+    [there] = _ranks(pair.node.process.pid)
+    pair.node.process.kill()
+    _wait_for(lambda: httpx.get(f"{url}/v1/admin/sharded").json()["data"][0]["state"] == "degraded")
+    gone = _chat(url, "tiny")
+    assert gone.status_code == 503 and "rank 1 on node node2 was lost" in gone.json()["error"]["message"]
+    _wait_for(lambda: _ranks(pair.coordinator.process.pid) == [] and not _alive(there))
 
 
-def test_the_node_refuses_a_rank_of_a_model_it_lacks_or_holds_another_copy_of(pair: Pair) -> None:
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _node_refuses_a_rank_of_a_model_it_lacks_or_holds_another_copy_of(pair: Pair) -> None:
     headers = {"Authorization": f"Bearer {pair.node.admin_key}"}
     body = {"model": "tiny", "config_sha256": "0" * 64, "strategy": "tensor", "rank": 1}
     ranks = f"{pair.node.url}/v1/admin/node/ranks"
