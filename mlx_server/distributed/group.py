@@ -84,6 +84,8 @@ class ShardedGroup:
                 launch = replace(launch, hostfile=hostfile)
                 self.ranks.append(launcher.launch(launch, control, self._rank_ended))
         except OSError as exc:  # a rank could not start: the ones that did are ended
+            for launcher in self.launchers:
+                launcher.abandon()
             raise self.degrade(f"a rank could not start ({exc})", None) from exc
         finally:
             theirs.close()  # rank 0 has its copy

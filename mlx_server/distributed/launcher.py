@@ -71,6 +71,9 @@ class RankLauncher(Protocol):
         """Start one rank (rank 0 gets `control`, the worker's end of its socket); `on_exit` is
         called from another thread when it ends."""
 
+    def abandon(self) -> None:
+        """Release the ports reserved for ranks that will not be launched (a failed start)."""
+
 
 def exit_description(code: int | None) -> str:
     if code is None:
@@ -143,6 +146,11 @@ class LocalRankLauncher:
             raise
         self._probes[launch.rank] = probe
         return f"{self.ip}:{probe.getsockname()[1]}"
+
+    def abandon(self) -> None:
+        for probe in self._probes.values():
+            probe.close()
+        self._probes.clear()
 
     def launch(
         self, launch: RankLaunch, control: socket.socket | None, on_exit: Callable[[RunningRank], None]

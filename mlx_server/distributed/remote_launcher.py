@@ -144,6 +144,11 @@ class NodeRankLauncher:
         logger.info("started rank %d of %s on node %s (%s)", launch.rank, launch.model_id, self.name, rank_id)
         return rank
 
+    def abandon(self) -> None:
+        for rank_id in self._reserved.values():
+            self.stop(rank_id)
+        self._reserved.clear()
+
     def stop(self, rank_id: str) -> None:
         try:
             self.request("DELETE", f"/{rank_id}")

@@ -57,6 +57,9 @@ def test_the_plan_across_a_node_asks_it_and_says_why_not(client: TestClient, smo
     plan = planned.text.split('data-testid="plan"')[1]
     assert "node &#39;mac2&#39; cannot be reached" in plan and "<td>mac2</td><td>1</td>" in plan
     assert "<td>127.0.0.1</td><td>0</td>" in plan and 'action="/cluster/sharded"' not in plan
+    too_many = client.post("/cluster/sharded/plan", data={**form, "nodes": ["mac2"] * 16}, headers=headers)
+    long_name = client.post("/cluster/sharded/plan", data={**form, "nodes": ["m" * 65]}, headers=headers)
+    assert too_many.status_code == long_name.status_code == 422
 
 
 def test_a_planned_model_starts_from_the_page_and_stops(
