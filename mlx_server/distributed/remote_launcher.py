@@ -31,7 +31,7 @@ class RankStartError(OSError):
 
 
 class NodeGone(RankStartError):
-    """The node did not answer (`refused`: nothing listens there any more)."""
+    """The node did not answer (`refused`: its server is gone; else it was silent)."""
 
     def __init__(self, message: str, refused: bool) -> None:
         super().__init__(message)
@@ -113,8 +113,8 @@ class NodeRankLauncher:
             raise NodeGone(f"node {self.name} did not answer within {timeout:g} s", refused=False) from None
         except httpx.HTTPError as exc:
             reason = exc or type(exc).__name__
-            refused = isinstance(exc, httpx.ConnectError)
-            raise NodeGone(f"node {self.name} ({self.url}) cannot be reached: {reason}", refused) from None
+            # Refused, or the connection dropped mid-answer: its server is gone (not merely slow).
+            raise NodeGone(f"node {self.name} ({self.url}) cannot be reached: {reason}", True) from None
         if response.status_code != 200:
             try:
                 reason = response.json()["error"]["message"]

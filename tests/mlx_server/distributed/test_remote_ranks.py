@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,18 +43,22 @@ def pair(tmp_path_factory: pytest.TempPathFactory, tiny_draft_dirs: dict[str, Pa
         "MLX_SERVER_DISTRIBUTED_TIMEOUT_S": str(TIMEOUT_S),
     }
     coordinator = ServerProcess(home, home / "serve.log", env=env)
-    with mlx_server_node(tmp_path_factory.mktemp("node-home"), {"tiny": tiny}) as node:
-        coordinator.start()
+    with ThreadPoolExecutor(1) as starting:
+        started = starting.submit(coordinator.start)  # both servers import at once
         try:
-            added = httpx.post(
-                f"{coordinator.url}/v1/admin/cluster/nodes",
-                json={"url": node.url, "api_key": node.admin_key, "name": "node2"},
-                timeout=30,
-            )
-            assert added.status_code == 200, added.text
-            yield Pair(coordinator, node)
+            with mlx_server_node(tmp_path_factory.mktemp("node-home"), {"tiny": tiny}) as node:
+                started.result()
+                added = httpx.post(
+                    f"{coordinator.url}/v1/admin/cluster/nodes",
+                    json={"url": node.url, "api_key": node.admin_key, "name": "node2"},
+                    timeout=30,
+                )
+                assert added.status_code == 200, added.text
+                yield Pair(coordinator, node)
         finally:
-            coordinator.stop()
+            started.exception()  # its start has ended, one way or the other
+            if coordinator.process is not None and coordinator.process.poll() is None:
+                coordinator.stop()
 
 
 def _ranks(pid: int) -> list[psutil.Process]:
@@ -128,7 +133,7 @@ def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     stopped = httpx.delete(f"{url}/v1/admin/sharded/tiny", timeout=60)
     assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
     _wait_for(lambda: _ranks(pair.coordinator.process.pid) == [] and _ranks(pair.node.process.pid) == [])
-    assert not there.is_running()
+    assert not _alive(there)
 
     # The node machine goes away (its server killed): its rank ends with it, the model names it.
     started = httpx.post(f"{url}/v1/admin/sharded", json={"model": "tiny", "nodes": ["node2"]}, timeout=300)
