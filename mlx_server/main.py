@@ -23,6 +23,7 @@ from mlx_server.api.timeouts import RequestTimeout
 from mlx_server.api.v1 import router as v1_router
 from mlx_server.config import get_settings
 from mlx_server.database import database_status, upgrade_database
+from mlx_server.distributed.node_ranks import stop_node_ranks
 from mlx_server.distributed.service import reset_sharded
 from mlx_server.models.pool import get_model_pool, reset_model_pool
 from mlx_server.models.prompt_cache_store import reset_prompt_cache_disk
@@ -116,6 +117,7 @@ async def server_services() -> AsyncIterator[None]:
         await get_model_pool().unload_all()  # a sharded model's ranks end with its entry
         reset_model_pool()
         reset_sharded()
+        stop_node_ranks()  # the ranks this machine runs for another server's sharded models
         # The unloads handed their prompt caches' long entries to the disk tier's writer: they
         # are written now, and the next start reads the directory afresh, as a new process would.
         await asyncio.to_thread(reset_prompt_cache_disk)

@@ -4,8 +4,9 @@ nodes. Reports are asked of every node at once, each within a few seconds: a nod
 is shown as unreachable, and the page never waits longer (docs/DISTRIBUTED.md).
 
 Below them the sharded models (state, the node a degraded one lost, restart, stop) and "Serve
-across nodes": a model, its ranks and a strategy give the plan first (each node's share against
-its budget, or why it cannot work), and the plan's Start button starts it."""
+across nodes": a model, its ranks on this machine (or the nodes that run one rank each after
+rank 0 here) and a strategy give the plan first (each node's share against its budget, or why
+it cannot work), and the plan's Start button starts it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from mlx_manager.deps import Page, PageDep
 from mlx_manager.web.templating import render
@@ -25,6 +26,8 @@ router = APIRouter(prefix="/cluster")
 Strategy = Literal["auto", "tensor", "pipeline"]
 Ranks = Annotated[int, Form(ge=2, le=sharded_service.MAX_RANKS)]
 ModelId = Annotated[str, Form(min_length=1, max_length=255)]
+# Registered nodes, one rank on each after rank 0 (this machine); none: `ranks` on this machine.
+Nodes = Annotated[list[Annotated[str, Field(max_length=64)]], Form(max_length=sharded_service.MAX_RANKS - 1)]
 
 
 async def _page(page: Page, *, error: str | None = None, **shown: Any) -> HTMLResponse:
@@ -93,11 +96,17 @@ async def plan(
     model: ModelId,
     ranks: Ranks = 2,
     strategy: Annotated[Strategy, Form()] = "auto",
+    nodes: Nodes = [],  # noqa: B006 (FastAPI copies it per request)
 ) -> Response:
     """The plan, shown before anything starts: each node's share against its budget, or why not."""
-    chosen: dict[str, Any] = {"chosen_model": model, "chosen_ranks": ranks, "chosen_strategy": strategy}
+    chosen: dict[str, Any] = {
+        "chosen_model": model,
+        "chosen_ranks": ranks,
+        "chosen_strategy": strategy,
+        "chosen_nodes": nodes,
+    }
     try:
-        found = await sharded_service.plan_sharding(model, ranks, strategy)
+        found = await sharded_service.plan_sharding(model, ranks, strategy, nodes or None)
     except APIError as exc:
         return await _page(page, error=exc.message, **chosen)
     return await _page(page, plan=found, **chosen)
@@ -109,10 +118,11 @@ async def start(
     model: ModelId,
     ranks: Ranks = 2,
     strategy: Annotated[Strategy, Form()] = "auto",
+    nodes: Nodes = [],  # noqa: B006 (FastAPI copies it per request)
 ) -> Response:
     """Start the planned model: its ranks form a group and the model is served from it."""
     try:
-        started = await sharded_service.start_sharded(model, ranks, strategy)
+        started = await sharded_service.start_sharded(model, ranks, strategy, nodes or None)
     except APIError as exc:
         return await _page(page, error=exc.message)
     return _done(f"{started.model_id} is served by {started.ranks} ranks ({started.strategy} parallel).")

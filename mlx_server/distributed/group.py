@@ -14,7 +14,7 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,6 @@ from mlx_server.distributed.launcher import (
     RankLaunch,
     RankLauncher,
     RunningRank,
-    exit_description,
-    ring_hostfile,
 )
 from mlx_server.distributed.link import Rank0Link
 from mlx_server.errors import APIError
@@ -49,10 +47,11 @@ class ShardedGroup:
     model_id: str
     path: Path
     strategy: str
-    hosts: list[str]  # the host of each rank, rank 0 first
+    hosts: list[str]  # the node of each rank, rank 0 (this machine) first
     directory: Path  # hostfiles and logs
-    launcher: RankLauncher
+    launchers: list[RankLauncher]  # of each rank: this machine's or a node's (remote_launcher.py)
     timeout_s: float
+    config_sha256: str = ""
     state: GroupState = GroupState.STARTING
     failure: str | None = None
     failed_host: str | None = None
@@ -69,16 +68,24 @@ class ShardedGroup:
     def form(self, start_timeout_s: float) -> dict[str, Any]:
         """Start every rank and wait for rank 0's `ready`; on failure the group is degraded
         (its ranks killed) and the error raised."""
-        hostfile = ring_hostfile(self.hosts)
+        launches = [
+            RankLaunch(rank, host, self.path, self.strategy, [], self.directory,
+                       model_id=self.model_id, config_sha256=self.config_sha256)
+            for rank, host in enumerate(self.hosts)
+        ]  # fmt: skip
         ours, theirs = socket.socketpair()
         self.link = Rank0Link(ours, self.timeout_s, self._broken)
         try:
-            for rank, host in enumerate(self.hosts):
-                launch = RankLaunch(rank, host, self.path, self.strategy, hostfile, self.directory)
-                self.ranks.append(
-                    self.launcher.launch(launch, theirs if rank == 0 else None, self._rank_ended)
-                )
+            # Every rank's port, reserved on its machine, then every rank started with them all.
+            placed = list(zip(self.launchers, launches, strict=True))
+            hostfile = [[launcher.reserve(launch)] for launcher, launch in placed]
+            for launcher, launch in placed:
+                control = theirs if launch.rank == 0 else None
+                launch = replace(launch, hostfile=hostfile)
+                self.ranks.append(launcher.launch(launch, control, self._rank_ended))
         except OSError as exc:  # a rank could not start: the ones that did are ended
+            for launcher in self.launchers:
+                launcher.abandon()
             raise self.degrade(f"a rank could not start ({exc})", None) from exc
         finally:
             theirs.close()  # rank 0 has its copy
@@ -93,18 +100,18 @@ class ShardedGroup:
 
     def _rank_ended(self, rank: RunningRank) -> None:
         if self.state in (GroupState.STARTING, GroupState.READY):
-            self.degrade(f"rank {rank.rank} on node {rank.host} {exit_description(rank.exit_code)}", rank)
+            self.degrade(f"rank {rank.rank} on node {rank.host} {rank.ending}", rank)
 
     def _broken(self, reason: str) -> APIError:
         return self.degrade(reason, None)
 
     def _culprit(self, named: RunningRank | None) -> RunningRank | None:
-        """The rank that failed: one killed by a signal first (the others exit because it
-        did), else the one named, else the first seen gone."""
+        """The rank that failed: one killed by a signal, or on a node that is gone, first (the
+        others exit because it did), else the one named, else the first seen gone."""
         deadline = time.monotonic() + CULPRIT_WAIT_SECONDS
         while True:
             ended = [r for r in self.ranks if r.exit_code is not None]
-            killed = [r for r in ended if (r.exit_code or 0) < 0]
+            killed = [r for r in ended if (r.exit_code or 0) < 0 or r.lost]
             if killed:
                 return killed[0]
             if time.monotonic() >= deadline:
@@ -119,9 +126,7 @@ class ShardedGroup:
                 culprit = self._culprit(rank)
                 if culprit is not None:
                     self.failed_host = culprit.host
-                    self.failure = (
-                        f"rank {culprit.rank} on node {culprit.host} {exit_description(culprit.exit_code)}"
-                    )
+                    self.failure = f"rank {culprit.rank} on node {culprit.host} {culprit.ending}"
                 else:
                     self.failed_host = ", ".join(dict.fromkeys(self.hosts))
                     self.failure = reason

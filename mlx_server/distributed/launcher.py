@@ -33,32 +33,46 @@ class RankLaunch:
     """What one rank needs: its place in the group and the model's directory where it runs."""
 
     rank: int
-    host: str  # the IP its ring connections use
+    host: str  # the node it runs on (named in errors)
     model_path: Path
     strategy: str
     hostfile: list[list[str]]
     directory: Path  # its hostfile and log
     backend: str = "ring"
+    model_id: str = ""  # a node finds its copy by id
+    config_sha256: str = ""  # and checks it is the same model
 
 
 class RunningRank(Protocol):
     rank: int
     host: str
+    lost: bool  # its node stopped answering (remote_launcher.py): it counts as ended
 
     @property
     def exit_code(self) -> int | None:
         """None while it runs."""
+
+    @property
+    def ending(self) -> str:
+        """How it ended, for the group's failure ("killed by SIGKILL"), or "running"."""
 
     def kill(self) -> None:
         """End it now (SIGTERM, SIGKILL after a grace period); returns at once."""
 
 
 class RankLauncher(Protocol):
+    def reserve(self, launch: RankLaunch) -> str:
+        """The "ip:port" the rank will listen on, its port held free until `launch` (whose
+        `launch.hostfile` has every rank's)."""
+
     def launch(
         self, launch: RankLaunch, control: socket.socket | None, on_exit: Callable[[RunningRank], None]
     ) -> RunningRank:
         """Start one rank (rank 0 gets `control`, the worker's end of its socket); `on_exit` is
         called from another thread when it ends."""
+
+    def abandon(self) -> None:
+        """Release the ports reserved for ranks that will not be launched (a failed start)."""
 
 
 def exit_description(code: int | None) -> str:
@@ -72,19 +86,6 @@ def exit_description(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def ring_hostfile(hosts: list[str]) -> list[list[str]]:
-    """mlx.launch's ring hostfile for one rank per entry of `hosts`: a free port each, all
-    different (every probe stays bound until all are picked)."""
-    probes = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in hosts]
-    try:
-        for probe, host in zip(probes, hosts, strict=True):
-            probe.bind((host, 0))
-        return [[f"{host}:{probe.getsockname()[1]}"] for probe, host in zip(probes, hosts, strict=True)]
-    finally:
-        for probe in probes:
-            probe.close()
-
-
 class LocalRank:
     def __init__(self, rank: int, host: str, process: subprocess.Popen[bytes], log: Path) -> None:
         self.rank = rank
@@ -92,10 +93,15 @@ class LocalRank:
         self.process = process
         self.log = log
         self.stopping = False
+        self.lost = False
 
     @property
     def exit_code(self) -> int | None:
         return self.process.poll()
+
+    @property
+    def ending(self) -> str:
+        return exit_description(self.exit_code)
 
     @property
     def pid(self) -> int:
@@ -125,11 +131,33 @@ class LocalRank:
 
 
 class LocalRankLauncher:
-    """Ranks on this machine: subprocesses of the server."""
+    """Ranks on this machine: subprocesses of the server, listening on `ip`."""
+
+    def __init__(self, ip: str = "127.0.0.1") -> None:
+        self.ip = ip
+        self._probes: dict[int, socket.socket] = {}
+
+    def reserve(self, launch: RankLaunch) -> str:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            probe.bind((self.ip, 0))
+        except OSError:
+            probe.close()
+            raise
+        self._probes[launch.rank] = probe
+        return f"{self.ip}:{probe.getsockname()[1]}"
+
+    def abandon(self) -> None:
+        for probe in self._probes.values():
+            probe.close()
+        self._probes.clear()
 
     def launch(
         self, launch: RankLaunch, control: socket.socket | None, on_exit: Callable[[RunningRank], None]
     ) -> RunningRank:
+        probe = self._probes.pop(launch.rank, None)
+        if probe is not None:
+            probe.close()  # the rank binds its port now
         launch.directory.mkdir(parents=True, exist_ok=True)
         hostfile = launch.directory / "hostfile.json"
         hostfile.write_text(json.dumps(launch.hostfile))

@@ -6,8 +6,10 @@ A sharded model is served under its own model id: starting it forms a group of r
 accounted as this machine's share of the weights. Stopping it (or unloading it from the pool)
 ends the ranks; the id then loads in this process again on its next request.
 
-The ranks all run on this machine for now (`ranks` of them, on 127.0.0.1); the group, its
-hostfile and its launcher take a host per rank, so ranks on other machines are a launcher away.
+Its ranks run on this machine (`ranks` of them, on 127.0.0.1) or, given `nodes`, rank 0 here
+and one rank on each registered node listed (a name listed twice runs two there): each node's
+report (nodes.py) feeds the plan (its budget, its copy of the model by config hash), and its
+ranks are started and watched through it (remote_launcher.py, node_ranks.py on the node).
 """
 
 from __future__ import annotations
@@ -16,17 +18,23 @@ import asyncio
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from mlx_server.config import get_settings
+from mlx_server.database import background_session
 from mlx_server.distributed.group import GroupState, ShardedGroup
-from mlx_server.distributed.launcher import LocalRankLauncher
+from mlx_server.distributed.launcher import LocalRankLauncher, RankLauncher
+from mlx_server.distributed.node_info import NodeReport
+from mlx_server.distributed.nodes import LIST_TIMEOUT_S, fetch_report, get_node
 from mlx_server.distributed.plan import NodeFacts, ShardPlan, config_fingerprint, make_plan, read_layout
+from mlx_server.distributed.remote_launcher import NodeRankLauncher, route_ip
 from mlx_server.distributed.remote_model import RemoteModel, SinglePromptCache
 from mlx_server.errors import APIError
 from mlx_server.models.adapters import create_adapter
 from mlx_server.models.detection import ModelType
 from mlx_server.models.loaders import LoadedModel, ModelSpec, read_spec
 from mlx_server.models.pool import get_model_pool
+from mlx_server.records import ClusterNode
 from mlx_server.utils.metal import run_on_metal_thread
 
 THIS_MACHINE = "127.0.0.1"
@@ -34,6 +42,7 @@ MAX_RANKS = 16
 
 _groups: dict[str, ShardedGroup] = {}
 _plans: dict[str, ShardPlan] = {}
+_asked: dict[str, list[str] | None] = {}  # the nodes a start named (restart names them again)
 
 
 @dataclass(frozen=True)
@@ -80,15 +89,67 @@ def _text_spec(model_id: str) -> ModelSpec:
     return spec
 
 
-async def plan_sharding(model_id: str, ranks: int = 2, strategy: str = "auto") -> ShardPlan:
-    """How `model_id` would split over `ranks` ranks on this machine, or why it cannot."""
+def _registered(names: list[str]) -> dict[str, ClusterNode]:
+    with background_session() as session:
+        return {name: get_node(session, name) for name in dict.fromkeys(names)}  # 404: not registered
+
+
+def _node_facts(node: ClusterNode, model_id: str, report: NodeReport | BaseException) -> NodeFacts:
+    address = urlsplit(node.url).hostname or node.url
+    if not isinstance(report, NodeReport):
+        error = report.message if isinstance(report, APIError) else str(report)
+        return NodeFacts(node.name, address, 0, False, None, error=error)
+    copy = next((m for m in report.models if m.id == model_id), None)
+    return NodeFacts(
+        name=node.name,
+        address=address,
+        free_bytes=max(0, report.memory.budget_bytes - report.memory.pool_used_bytes),
+        ring=report.backends.get("ring", False),
+        model_sha256=copy.config_sha256 if copy is not None else None,
+    )
+
+
+async def _rank_nodes(model_id: str, spec: ModelSpec, ranks: int, nodes: list[str] | None) -> list[NodeFacts]:
+    """The facts of each rank's node, rank 0 (this machine) first; every node asked at once."""
+    here = _this_machine(model_id, spec)
+    if not nodes:
+        return [here] * ranks
+    registered = await asyncio.to_thread(_registered, nodes)
+    reports = await asyncio.gather(
+        *(fetch_report(n.url, n.api_key, LIST_TIMEOUT_S) for n in registered.values()), return_exceptions=True
+    )
+    facts = {
+        name: _node_facts(node, model_id, report)
+        for (name, node), report in zip(registered.items(), reports, strict=True)
+    }
+    return [here] + [facts[name] for name in nodes]
+
+
+async def plan_sharding(
+    model_id: str, ranks: int = 2, strategy: str = "auto", nodes: list[str] | None = None
+) -> ShardPlan:
+    """How `model_id` would split over `ranks` ranks on this machine or, given `nodes`, over
+    rank 0 here and one rank on each node listed; or why it cannot."""
     if strategy not in ("auto", "tensor", "pipeline"):
         raise APIError(400, f"strategy {strategy!r} is none of auto, tensor, pipeline.", param="strategy")
+    if nodes:
+        ranks = 1 + len(nodes)
     if not 2 <= ranks <= MAX_RANKS:
         raise APIError(400, f"ranks must be 2 to {MAX_RANKS}.", param="ranks")
     spec = await asyncio.to_thread(_text_spec, model_id)
     layout = await run_on_metal_thread(lambda: read_layout(model_id, spec.path, spec.config))
-    return make_plan(layout, [_this_machine(model_id, spec)] * ranks, strategy)
+    return make_plan(layout, await _rank_nodes(model_id, spec, ranks, nodes), strategy)
+
+
+def _launchers(nodes: list[str] | None, ranks: int) -> list[RankLauncher]:
+    """Rank 0's launcher (this machine, listening where the nodes reach it), then each rank's."""
+    if not nodes:
+        local = LocalRankLauncher(THIS_MACHINE)
+        return [local] * ranks
+    registered = _registered(nodes)
+    local = LocalRankLauncher(route_ip(registered[nodes[0]].url))
+    remote = {name: NodeRankLauncher(name, node.url, node.api_key) for name, node in registered.items()}
+    return [local] + [remote[name] for name in nodes]
 
 
 def refusal(plan: ShardPlan) -> APIError:
@@ -113,7 +174,7 @@ def _loaded_model(spec: ModelSpec, group: ShardedGroup, plan: ShardPlan) -> Load
         tokenizer=tokenizer,
         adapter=create_adapter(spec.family, tokenizer, spec.capabilities),
         config=spec.config,
-        size_bytes=sum(plan.rank_bytes),  # every rank runs on this machine
+        size_bytes=sum(b for b, n in zip(plan.rank_bytes, plan.nodes, strict=True) if n == THIS_MACHINE),
         probed=spec.capabilities is not None,
         prompt_cache=SinglePromptCache(),
         defaults=spec.defaults,
@@ -122,14 +183,16 @@ def _loaded_model(spec: ModelSpec, group: ShardedGroup, plan: ShardPlan) -> Load
     )
 
 
-async def start_sharded(model_id: str, ranks: int = 2, strategy: str = "auto") -> ShardedStatus:
+async def start_sharded(
+    model_id: str, ranks: int = 2, strategy: str = "auto", nodes: list[str] | None = None
+) -> ShardedStatus:
     """Form the group and serve `model_id` from it; refused (409) with the plan's reasons."""
     running = _groups.get(model_id)
     if running is not None and running.state in (GroupState.STARTING, GroupState.READY):
         raise APIError(
             409, f"Model {model_id!r} is sharded already ({running.state}).", code="sharded_running"
         )
-    plan = await plan_sharding(model_id, ranks, strategy)
+    plan = await plan_sharding(model_id, ranks, strategy, nodes)
     if not plan.ok or plan.strategy is None:
         raise refusal(plan)
     spec = await asyncio.to_thread(_text_spec, model_id)
@@ -140,10 +203,11 @@ async def start_sharded(model_id: str, ranks: int = 2, strategy: str = "auto") -
         strategy=plan.strategy,
         hosts=list(plan.nodes),
         directory=settings.home_dir / "cluster" / f"{model_id.replace('/', '--')}-{int(time.time() * 1000)}",
-        launcher=LocalRankLauncher(),
+        launchers=await asyncio.to_thread(_launchers, nodes, len(plan.nodes)),
         timeout_s=settings.distributed_timeout_s,
+        config_sha256=config_fingerprint(spec.path),
     )
-    _groups[model_id], _plans[model_id] = group, plan
+    _groups[model_id], _plans[model_id], _asked[model_id] = group, plan, nodes
     await asyncio.to_thread(group.form, settings.distributed_start_timeout_s)
     try:
         loaded = await asyncio.to_thread(_loaded_model, spec, group, plan)
@@ -181,7 +245,7 @@ async def restart_sharded(model_id: str) -> ShardedStatus:
     """A new group in place of the old one (degraded or not), with the same ranks and strategy."""
     group = _group(model_id)
     await _end(group)
-    return await start_sharded(model_id, len(group.hosts), group.strategy)
+    return await start_sharded(model_id, len(group.hosts), group.strategy, _asked.get(model_id))
 
 
 def _status(group: ShardedGroup) -> ShardedStatus:
@@ -213,3 +277,4 @@ def reset_sharded() -> None:
         group.close()
     _groups.clear()
     _plans.clear()
+    _asked.clear()

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from mlx_server.database import get_engine
-from mlx_server.records import ModelRecord, ModelSource
-from tests.support import csrf_headers
+from mlx_server.records import ClusterNode, ModelRecord, ModelSource
+from tests.support import csrf_headers, free_port
 
 
 def _register(models: dict[str, Path]) -> None:
@@ -41,6 +41,25 @@ def test_the_plan_comes_first_and_a_refusal_says_why(client: TestClient, smollm_
     assert too_many.status_code == 422
     huge = client.post("/cluster/sharded/plan", data={**form, "model": "m" * 100_000}, headers=headers)
     assert huge.status_code == 422 and "string_too_long" in huge.text  # refused before any lookup
+
+
+def test_the_plan_across_a_node_asks_it_and_says_why_not(client: TestClient, smollm_dir: Path) -> None:
+    _register({"smol": smollm_dir})
+    with Session(get_engine()) as session:
+        session.add(ClusterNode(name="mac2", url=f"http://127.0.0.1:{free_port()}", api_key="k"))
+        session.commit()
+    headers = csrf_headers(client)
+    page = client.get("/cluster").text
+    # Once: the sections are not repeated inside <title>.
+    assert page.count('data-testid="plan-nodes"') == 1 and page.count('id="serve-title"') == 1
+    form = {"model": "smol", "strategy": "pipeline", "nodes": ["mac2"]}
+    planned = client.post("/cluster/sharded/plan", data=form, headers=headers)
+    plan = planned.text.split('data-testid="plan"')[1]
+    assert "node &#39;mac2&#39; cannot be reached" in plan and "<td>mac2</td><td>1</td>" in plan
+    assert "<td>127.0.0.1</td><td>0</td>" in plan and 'action="/cluster/sharded"' not in plan
+    too_many = client.post("/cluster/sharded/plan", data={**form, "nodes": ["mac2"] * 16}, headers=headers)
+    long_name = client.post("/cluster/sharded/plan", data={**form, "nodes": ["m" * 65]}, headers=headers)
+    assert too_many.status_code == long_name.status_code == 422
 
 
 def test_a_planned_model_starts_from_the_page_and_stops(

@@ -4,7 +4,7 @@ holds, or why it cannot (409 with the reasons)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,12 +28,17 @@ class ShardedIn(BaseModel):
     model: str = Field(min_length=1, max_length=255, description="A text model's id")
     ranks: int = Field(default=2, ge=2, le=MAX_RANKS, description="How many ranks (on this machine)")
     strategy: Literal["auto", "tensor", "pipeline"] = "auto"
+    nodes: list[Annotated[str, Field(min_length=1, max_length=64)]] | None = Field(
+        default=None,
+        max_length=MAX_RANKS - 1,
+        description="Registered nodes, one per rank after rank 0 (this machine); `ranks` is then ignored",
+    )
 
 
 @router.post("/plan")
 async def plan(body: ShardedIn) -> dict[str, Any]:
     """The split and each rank's memory; a split that cannot work is a 409 with its reasons."""
-    found = await plan_sharding(body.model, body.ranks, body.strategy)
+    found = await plan_sharding(body.model, body.ranks, body.strategy, body.nodes)
     if not found.ok:
         raise refusal(found)
     return found.as_dict()
@@ -41,7 +46,7 @@ async def plan(body: ShardedIn) -> dict[str, Any]:
 
 @router.post("")
 async def start(body: ShardedIn) -> dict[str, Any]:
-    return (await start_sharded(body.model, body.ranks, body.strategy)).as_dict()
+    return (await start_sharded(body.model, body.ranks, body.strategy, body.nodes)).as_dict()
 
 
 @router.get("")
