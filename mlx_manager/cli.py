@@ -109,6 +109,9 @@ def serve(
 ) -> None:
     """Serve the dashboard on / and the inference API on /v1 (one server per home)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # apscheduler logs every run of every job at INFO: two lines every 2 s from the Server page's
+    # engine samples drowned the server's own log. Its warnings (a missed run) still show.
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     flags = {"host": host, "port": port}
     # The pages read the bind address (the Settings page warns when it is not loopback).
     settings = get_manager_settings().model_copy(update={k: v for k, v in flags.items() if v})
