@@ -22,7 +22,7 @@ from mlx_server.config import get_settings
 from mlx_server.distributed.node_info import NodeReport
 from mlx_server.errors import APIError
 from mlx_server.records import ClusterNode
-from mlx_server.schemas.limits import TextOnly
+from mlx_server.schemas.limits import HeaderToken, TextOnly
 from mlx_server.utils.addresses import (
     AddressRefused,
     AddressRule,
@@ -74,7 +74,7 @@ def _is_host(name: str | None) -> bool:
 
 class NodeIn(TextOnly):
     url: str = Field(min_length=1, max_length=512, description="HOST, HOST:PORT or http://HOST:PORT")
-    api_key: str = Field(min_length=1, max_length=512, description="An admin API key of that node")
+    api_key: HeaderToken = Field(min_length=1, max_length=512, description="An admin API key of that node")
     name: str | None = Field(default=None, pattern=NAME_PATTERN, description="Default: its host name")
 
     @field_validator("url")

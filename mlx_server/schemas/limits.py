@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 MAX_MESSAGES = 10_000
@@ -33,6 +33,17 @@ MAX_STOP_CHARS = 1024  # one stop string
 MAX_STOP_SEQUENCES = 16  # Anthropic's and Ollama's lists (OpenAI's own limit is 4)
 # mlx's PRNG key takes an unsigned 64-bit seed.
 MAX_SEED = 2**64 - 1
+
+
+def _header_token(value: str) -> str:
+    if not all("\x21" <= c <= "\x7e" for c in value):
+        raise ValueError("an API key is printable ASCII without spaces: it is sent in an HTTP header")
+    return value
+
+
+# A key this server sends to another one (Authorization: Bearer ...): an accented letter or a space
+# there is no header at all, so it is refused when given, not when first sent.
+HeaderToken = Annotated[str, AfterValidator(_header_token)]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TEXTUAL = frozenset({str, list, dict})

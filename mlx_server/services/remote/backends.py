@@ -19,7 +19,7 @@ from mlx_server.config import get_settings
 from mlx_server.database import background_session
 from mlx_server.errors import APIError
 from mlx_server.records import BackendKind, RemoteBackend, RoutingRule, utcnow
-from mlx_server.schemas.limits import TextOnly
+from mlx_server.schemas.limits import HeaderToken, TextOnly
 from mlx_server.services.remote.breaker import breaker, forget_breaker
 from mlx_server.utils.addresses import (
     AddressRefused,
@@ -40,7 +40,7 @@ class BackendIn(TextOnly):
     name: str = Field(pattern=NAME_PATTERN, description="Letters, digits, '_', '.', '-'")
     kind: BackendKind
     base_url: str = Field(max_length=512)
-    api_key: str | None = Field(default=None, max_length=512)
+    api_key: HeaderToken | None = Field(default=None, max_length=512)
     connect_timeout_s: float = Field(default=5.0, gt=0, le=600)
     read_timeout_s: float = Field(default=120.0, gt=0, le=3600)
 

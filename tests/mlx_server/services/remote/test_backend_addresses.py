@@ -57,3 +57,19 @@ def test_a_listed_network_allows_a_link_local_backend(monkeypatch: pytest.Monkey
     with TestClient(create_server_app()) as client:
         saved = client.post("/v1/admin/backends?refresh=false", json=_backend("http://169.254.7.7:8080/v1"))
         assert saved.status_code == 200, saved.text
+
+
+def test_a_key_no_http_header_can_carry_is_refused_when_given() -> None:
+    """An accented letter or a space in a key this server sends on (a backend's, a node's) was
+    stored, then a 500 on first use (found by the schemathesis run on /v1/admin/cluster/nodes)."""
+    with TestClient(create_server_app()) as client:
+        for path, body in (
+            ("/v1/admin/backends?refresh=false", {**_backend("http://127.0.0.1:9/v1"), "api_key": "sk-cô"}),
+            ("/v1/admin/cluster/nodes", {"url": "0", "api_key": "clé admin"}),
+        ):
+            refused = client.post(path, json=body)
+            assert refused.status_code == 400, refused.text
+            error = refused.json()["error"]
+            assert error["param"] == "api_key" and "printable ASCII without spaces" in error["message"], error
+        assert client.get("/v1/admin/backends").json()["data"] == []
+        assert client.get("/v1/admin/cluster/nodes").json()["data"] == []
