@@ -211,9 +211,15 @@ def test_an_anthropic_kind_backend_is_reached_through_the_messages_api(
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finish = next(c.choices[0].finish_reason for c in reversed(chunks) if c.choices)
     usage = chunks[-1].usage
-    assert text and usage is not None and usage.completion_tokens == 5 and usage.prompt_tokens > 5
-    assert second.generations()[0]["endpoint"] == "POST /v1/messages"
+    assert text and usage is not None and usage.prompt_tokens > 5
+    # The usage is the backend's own count, carried across protocols (SmolLM2 may end its greeting
+    # before the limit: "Hello there." is 3 tokens and an end of turn on some paths' numerics).
+    generation = second.generations()[0]
+    assert generation["endpoint"] == "POST /v1/messages"
+    assert usage.completion_tokens == generation["completion_tokens"]
+    assert usage.completion_tokens == 5 if finish == "length" else 1 <= usage.completion_tokens < 5
 
 
 def test_breaker_opens_falls_back_to_local_and_the_probe_closes_it(app: str, second: SecondServer) -> None:
