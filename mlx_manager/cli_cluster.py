@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from mlx_manager.cli_support import CliError, console, home_session, reports_errors
+from mlx_manager.web.refusals import refusal_message
 from mlx_manager.web.templating import filesize
 from mlx_server.facade import HELP_OPTIONS, APIError, BareHelpGroup, cluster_nodes
 
@@ -34,11 +35,8 @@ def add(
         given = cluster_nodes.NodeIn(url=host, api_key=key, name=name)
         with home_session() as session:
             view = asyncio.run(cluster_nodes.add_node(session, given))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise CliError(f"{first['loc'][0]}: {first['msg']}") from None
-    except APIError as exc:  # the address (checked while validating), the key, the node's answer
-        raise CliError(exc.message) from None
+    except (ValidationError, APIError) as exc:  # the address, the key, the node's answer
+        raise CliError(refusal_message(exc)) from None
     report = view.report
     assert report is not None  # an added node has answered
     console.print(

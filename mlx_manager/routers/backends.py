@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from mlx_manager.deps import SQLITE_MAX_INT, Page, PageDep
 from mlx_manager.services.settings_store import mask_secret
+from mlx_manager.web.refusals import refusal_message
 from mlx_manager.web.templating import render
 from mlx_server.facade import (
     APIError,
@@ -48,13 +49,6 @@ def _page(page: Page, *, error: str | None = None, message: str | None = None) -
     )
 
 
-def _refused(exc: ValidationError | APIError) -> str:
-    if isinstance(exc, APIError):
-        return exc.message
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-
-
 def _done(message: str) -> Response:
     return RedirectResponse(f"/backends?message={message}", status_code=303)
 
@@ -82,7 +76,7 @@ async def save(
         await save_backend(page.session, given)
         await refresh_backend_models(page.session, given.name)
     except (ValidationError, APIError) as exc:
-        return _page(page, error=_refused(exc))
+        return _page(page, error=refusal_message(exc))
     return _done(f"Backend {name} saved.")
 
 
@@ -121,7 +115,7 @@ def add_rule(
             page.session, RuleIn.model_validate({"pattern": pattern, "targets": parsed, "position": position})
         )
     except (ValidationError, APIError) as exc:
-        return _page(page, error=_refused(exc))
+        return _page(page, error=refusal_message(exc))
     return _done(f"Rule {pattern} saved.")
 
 

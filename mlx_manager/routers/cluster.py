@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import Field, ValidationError
 
 from mlx_manager.deps import Page, PageDep
+from mlx_manager.web.refusals import refusal_message
 from mlx_manager.web.templating import render
 from mlx_server.facade import APIError, cluster_nodes, list_models, node_report, sharded_service
 
@@ -49,13 +50,6 @@ async def _page(page: Page, *, error: str | None = None, **shown: Any) -> HTMLRe
     )
 
 
-def _refused(exc: ValidationError | APIError) -> str:
-    if isinstance(exc, APIError):
-        return exc.message
-    first = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-
-
 def _done(message: str) -> Response:
     return RedirectResponse(f"/cluster?message={message}", status_code=303)
 
@@ -77,7 +71,7 @@ async def add_node(
         given = cluster_nodes.NodeIn(url=host, api_key=api_key, name=name.strip() or None)
         added = await cluster_nodes.add_node(page.session, given)
     except (ValidationError, APIError) as exc:
-        return await _page(page, error=_refused(exc))
+        return await _page(page, error=refusal_message(exc))
     return _done(f"Node {added.name} added.")
 
 

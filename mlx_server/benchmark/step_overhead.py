@@ -9,13 +9,14 @@ wall time a token (first token to last) and the event loop's or raw loop's own C
 where wall time is not). No HTTP: the server's renderer and SSE writes are profiled with py-spy
 (docs/benchmarks.md, "Single-stream decode: where a token's time goes").
 
-    python -m mlx_server.benchmark.step_overhead [--tokens 128] [--rounds 5]
+    python -m mlx_server.benchmark.step_overhead [--tokens 128] [--rounds 5] [--write docs/benchmarks.md]
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -26,7 +27,7 @@ import mlx.core as mx
 from mlx_lm.generate import generate_step
 
 from mlx_server.benchmark.decode import MESSAGES
-from mlx_server.benchmark.report import bench_arguments, run_line
+from mlx_server.benchmark.report import bench_arguments, publish, run_line
 from mlx_server.models.adapters.factory import create_adapter
 from mlx_server.models.cpu_weights import load_text_model
 from mlx_server.models.detection import ModelType, detect_model_family
@@ -89,8 +90,12 @@ def ours(loaded: LoadedModel, prompt: list[int], tokens: int, lookup: int) -> Ti
     return asyncio.run(run())
 
 
+MARKER_START = "<!-- step-overhead:start -->"
+MARKER_END = "<!-- step-overhead:end -->"
+
+
 def main() -> None:
-    args = bench_arguments(__doc__, "(not used: the figures are printed)", tokens=128, rounds=5)
+    args = bench_arguments(__doc__, "update this markdown file's step-overhead figures", tokens=128, rounds=5)
     with tempfile.TemporaryDirectory(prefix="mlx-bench-step-") as tmp:
         convert_gguf(default_model_gguf(), Path(tmp) / "model")
         loaded = _loaded(Path(tmp) / "model")
@@ -104,15 +109,21 @@ def main() -> None:
             args.rounds,
         )
         reset_metal_thread()
-    print(run_line(), f"{args.tokens} tokens, {args.rounds} alternating rounds, medians.")
     base = statistics.median(wall for wall, _ in next(iter(results.values())))
+    lines = [
+        f"{run_line()} SmolLM2-135M loaded as the server loads it, greedy, {args.tokens} tokens, "
+        f"{args.rounds} alternating rounds, medians; load average at the end: "
+        + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        + ".",
+        "",
+        "| path | ms a token | vs raw | CPU a token |",
+        "|---|---|---|---|",
+    ]
     for name, timings in results.items():
         wall = statistics.median(w for w, _ in timings)
         cpu = statistics.median(c for _, c in timings)
-        print(
-            f"{name}: {wall:.1f} ms a token ({wall - base:+.1f} ms, {base / wall:.1%} of raw's speed), "
-            f"CPU {cpu:.2f} ms"
-        )
+        lines.append(f"| {name} | {wall:.1f} | {base / wall:.1%} of raw's speed | {cpu:.2f} ms |")
+    publish("\n".join(lines), args.write, "Single-stream step overhead", MARKER_START, MARKER_END)
 
 
 def _rounds(paths: dict[str, Callable[[], Timing]], rounds: int) -> dict[str, list[Timing]]:
