@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,6 +22,15 @@ import mlx.core as mx
 import numpy as np
 
 MLX_MANAGER = Path(sys.executable).parent / "mlx-manager"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Until `condition()` holds; an AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
 
 
 def free_port() -> int:

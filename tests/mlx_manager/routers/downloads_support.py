@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from sqlmodel import Session, select
@@ -11,14 +9,7 @@ from sqlmodel import Session, select
 from mlx_manager.records import DownloadJob, DownloadStatus
 from mlx_server.database import get_engine
 from mlx_server.records import ModelRecord
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+from tests.support import wait_for
 
 
 def job(job_id: int) -> DownloadJob:

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.fixtures.cluster_node import Node, mlx_server_node
-from tests.support import ServerProcess, register_in_home
+from tests.support import ServerProcess, register_in_home, wait_for
 
 QUESTION = [{"role": "user", "content": "Name three colours."}]
 TIMEOUT_S = 5
@@ -82,15 +82,6 @@ def _tokens(answer: dict[str, Any]) -> list[str]:
     return [t["token"] for t in answer["choices"][0]["logprobs"]["content"]]
 
 
-def _wait_for(condition: Any, timeout: float = 15) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.1)
-
-
 def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     url = pair.coordinator.url
     assert pair.coordinator.process is not None
@@ -118,13 +109,17 @@ def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     assert "--control-fd" in here.cmdline() and "--control-fd" not in there.cmdline()
 
     os.kill(there.pid, signal.SIGKILL)
-    _wait_for(lambda: httpx.get(f"{url}/v1/admin/sharded").json()["data"][0]["state"] == "degraded")
+    wait_for(
+        lambda: httpx.get(f"{url}/v1/admin/sharded").json()["data"][0]["state"] == "degraded",
+        15,
+        "the model degraded",
+    )
     later = _chat(url, "tiny")
     assert later.status_code == 503 and "Retry-After" in later.headers
     message = later.json()["error"]["message"]
     assert "rank 1 on node node2 killed by SIGKILL" in message and "(node node2)" in message
     assert _chat(url, "tiny-local").status_code == 200  # nothing else is affected
-    _wait_for(lambda: _ranks(pair.coordinator.process.pid) == [])
+    wait_for(lambda: _ranks(pair.coordinator.process.pid) == [], 15, "no rank left")
 
     restarted = httpx.post(f"{url}/v1/admin/sharded/tiny/restart", timeout=300)
     assert restarted.status_code == 200 and restarted.json()["nodes"] == ["127.0.0.1", "node2"]
@@ -132,7 +127,11 @@ def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     [there] = _ranks(pair.node.process.pid)
     stopped = httpx.delete(f"{url}/v1/admin/sharded/tiny", timeout=60)
     assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
-    _wait_for(lambda: _ranks(pair.coordinator.process.pid) == [] and _ranks(pair.node.process.pid) == [])
+    wait_for(
+        lambda: _ranks(pair.coordinator.process.pid) == [] and _ranks(pair.node.process.pid) == [],
+        15,
+        "no rank left on either side",
+    )
     assert not _alive(there)
 
     # The node machine goes away (its server killed): its rank ends with it, the model names it.
@@ -140,10 +139,16 @@ def test_a_model_served_across_this_machine_and_a_node(pair: Pair) -> None:
     assert started.status_code == 200, started.text
     [there] = _ranks(pair.node.process.pid)
     pair.node.process.kill()
-    _wait_for(lambda: httpx.get(f"{url}/v1/admin/sharded").json()["data"][0]["state"] == "degraded")
+    wait_for(
+        lambda: httpx.get(f"{url}/v1/admin/sharded").json()["data"][0]["state"] == "degraded",
+        15,
+        "the model degraded",
+    )
     gone = _chat(url, "tiny")
     assert gone.status_code == 503 and "rank 1 on node node2 was lost" in gone.json()["error"]["message"]
-    _wait_for(lambda: _ranks(pair.coordinator.process.pid) == [] and not _alive(there))
+    wait_for(
+        lambda: _ranks(pair.coordinator.process.pid) == [] and not _alive(there), 15, "the node's rank gone"
+    )
 
 
 def _alive(process: psutil.Process) -> bool:

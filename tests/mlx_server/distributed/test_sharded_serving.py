@@ -20,7 +20,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import ServerProcess, register_in_home
+from tests.support import ServerProcess, register_in_home, wait_for
 
 # Small, so that a test of a stuck group ends fast; a forward of the tiny model takes ~ms.
 TIMEOUT_S = 5
@@ -54,7 +54,7 @@ def server(
         process.stop()
     # The server's shutdown ended its ranks: none of those seen is left, reparented or not.
     assert SEEN_RANKS
-    _wait_for(lambda: not any(_alive(rank) for rank in SEEN_RANKS))
+    wait_for(lambda: not any(_alive(rank) for rank in SEEN_RANKS), 10, "every rank seen gone")
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -203,7 +203,7 @@ def test_a_killed_rank_degrades_the_model_until_a_restart(group: ServerProcess) 
     assert status["state"] == "degraded" and status["failed_node"] == "127.0.0.1"
     assert "killed by SIGKILL" in status["failure"]
     assert _chat(server, "tiny-local").status_code == 200  # nothing else on the node is affected
-    _wait_for(lambda: _ranks(server) == [])  # the survivor was ended with its group
+    wait_for(lambda: _ranks(server) == [], 10, "no rank left")  # the survivor was ended with its group
 
     restarted = httpx.post(f"{server.url}/v1/admin/sharded/tiny/restart", timeout=300)
     assert restarted.status_code == 200 and restarted.json()["state"] == "ready"
@@ -212,13 +212,6 @@ def test_a_killed_rank_degrades_the_model_until_a_restart(group: ServerProcess) 
         == _chat(server, "tiny-local").json()["choices"][0]["message"]
     )
     assert len(_ranks(server)) == 2
-
-
-def _wait_for(condition: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.1)
 
 
 def test_a_rank_that_stops_answering_fails_the_request_within_the_timeout(group: ServerProcess) -> None:
@@ -233,7 +226,9 @@ def test_a_rank_that_stops_answering_fails_the_request_within_the_timeout(group:
         stuck.status_code == 503
         and f"did not answer within {TIMEOUT_S} s" in stuck.json()["error"]["message"]
     )
-    _wait_for(lambda: _ranks(server) == [])  # the stopped rank too (SIGKILL after the grace period)
+    wait_for(
+        lambda: _ranks(server) == [], 10, "no rank left"
+    )  # the stopped rank too (SIGKILL after the grace period)
     assert _chat(server, "tiny-local").status_code == 200
 
 
@@ -241,7 +236,7 @@ def test_stopping_serves_the_model_from_one_process_again(server: ServerProcess)
     # Ready or degraded (by the test before it in the file's order), the group stops.
     stopped = httpx.delete(f"{server.url}/v1/admin/sharded/tiny", timeout=60)
     assert stopped.status_code == 200 and stopped.json()["state"] == "stopped"
-    _wait_for(lambda: _ranks(server) == [])
+    wait_for(lambda: _ranks(server) == [], 10, "no rank left")
     assert httpx.get(f"{server.url}/v1/admin/sharded").json()["data"] == []
     listed = {m["id"]: m for m in httpx.get(f"{server.url}/v1/models").json()["data"]}
     assert "sharded" not in listed["tiny"]
