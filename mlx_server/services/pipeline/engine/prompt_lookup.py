@@ -66,6 +66,16 @@ class NgramDrafts:
                     after[tuple(history[position - n : position])] = position
             history.append(token)
 
+    def _match(self) -> int | None:
+        """Where the tokens that followed the latest earlier occurrence of the text's last n-gram
+        (longest first) begin; None where nothing matches."""
+        history = self.tokens
+        for n in range(LONGEST_NGRAM, SHORTEST_NGRAM - 1, -1):
+            start = self._after[n].get(tuple(history[-n:])) if len(history) > n else None
+            if start is not None:
+                return start
+        return None
+
     def propose(self, room: int) -> list[int]:
         """Up to `room` tokens that followed the latest earlier occurrence of the text's last
         n-gram (longest first); none while paused or where nothing matches."""
@@ -73,14 +83,20 @@ class NgramDrafts:
             self._pause -= 1
             return []
         width = min(self.width, room)
-        if width < 1:
-            return []
-        history = self.tokens
-        for n in range(LONGEST_NGRAM, SHORTEST_NGRAM - 1, -1):
-            start = self._after[n].get(tuple(history[-n:])) if len(history) > n else None
-            if start is not None:
-                return history[start : start + width]
-        return []
+        start = self._match() if width >= 1 else None
+        return [] if start is None else self.tokens[start : start + width]
+
+    def may_propose(self) -> bool:
+        """Whether the next token should be read before the pass after it is queued: the text so
+        far (without the token being computed) ends in an n-gram seen before, so the text with it
+        likely does too. No while paused (a token of the pause is counted) or where nothing
+        matches: then the next pass is queued first and the lookup resumes a token later, which
+        keeps free writing at the speed of plain decoding (the pass is built while the previous
+        one runs, as mlx-lm's `generate_step` does)."""
+        if self._pause > 0:
+            self._pause -= 1
+            return False
+        return self._match() is not None
 
     def record(self, proposed: int, accepted: int) -> None:
         """How a proposal fared: the width and the pause for the next ones."""

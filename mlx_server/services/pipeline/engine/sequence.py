@@ -192,14 +192,21 @@ class Alone:
         agrees with (prompt_lookup.py); without a proposal, one token as `advance` does."""
         assert self.drafts is not None
         progress, drafts = self.progress, self.drafts
-        value: int = token.item()  # type: ignore[assignment]  # one token
-        drafts.extend([value])
-        # Room after this token (its report takes one); the model's own token follows the drafts.
-        proposal = drafts.propose(self.decoder.left - 2)
-        if not proposal and self.decoder.left <= 1:  # the budget's last token
-            return self._report(value, logprobs)
+        if self.decoder.left <= 1:  # the budget's last token: nothing follows it
+            return self._report(token.item(), logprobs)  # type: ignore[arg-type]  # one token
+        value: int = -1
+        proposal: list[int] = []
+        looked = drafts.may_propose()
+        if looked:  # a match in sight: the token is read first, to propose what follows it
+            value = token.item()  # type: ignore[assignment]  # one token
+            drafts.extend([value])
+            # Room after this token (its report takes one); the model's own token follows the drafts.
+            proposal = drafts.propose(self.decoder.left - 2)
         if not proposal:  # the next token is computed while this one becomes text, as `advance` does
             self.pending = self._feed(token)
+            if not looked:
+                value = token.item()  # type: ignore[assignment]  # one token
+                drafts.extend([value])
             progress.fed.append(value)
             if self.sequence.error is not None:
                 raise self.sequence.error
