@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Form
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from mlx_manager.deps import Page, PageDep
 from mlx_manager.web.refusals import refusal_message
@@ -24,11 +24,23 @@ from mlx_server.facade import APIError, cluster_nodes, list_models, node_report,
 router = APIRouter(prefix="/cluster")
 
 
-Strategy = Literal["auto", "tensor", "pipeline"]
-Ranks = Annotated[int, Form(ge=2, le=sharded_service.MAX_RANKS)]
 ModelId = Annotated[str, Form(min_length=1, max_length=255)]
-# Registered nodes, one rank on each after rank 0 (this machine); none: `ranks` on this machine.
-Nodes = Annotated[list[Annotated[str, Field(max_length=64)]], Form(max_length=sharded_service.MAX_RANKS - 1)]
+
+
+class ShardingForm(BaseModel):
+    """The "Serve across nodes" form: what a plan is made of, and what its Start button sends again."""
+
+    model: str = Field(min_length=1, max_length=255)
+    ranks: int = Field(default=2, ge=2, le=sharded_service.MAX_RANKS)
+    strategy: Literal["auto", "tensor", "pipeline"] = "auto"
+    # Registered nodes, one rank on each after rank 0 (this machine); none: `ranks` on this machine.
+    nodes: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=sharded_service.MAX_RANKS - 1
+    )
+
+    def shown(self) -> dict[str, Any]:
+        """The form's choices as the page shows them selected."""
+        return {f"chosen_{name}": value for name, value in self.model_dump().items()}
 
 
 async def _page(page: Page, *, error: str | None = None, **shown: Any) -> HTMLResponse:
@@ -85,38 +97,22 @@ async def remove_node(page: PageDep, name: Annotated[str, Form(max_length=64)]) 
 
 
 @router.post("/sharded/plan", response_class=HTMLResponse)
-async def plan(
-    page: PageDep,
-    model: ModelId,
-    ranks: Ranks = 2,
-    strategy: Annotated[Strategy, Form()] = "auto",
-    nodes: Nodes = [],  # noqa: B006 (FastAPI copies it per request)
-) -> Response:
+async def plan(page: PageDep, form: Annotated[ShardingForm, Form()]) -> Response:
     """The plan, shown before anything starts: each node's share against its budget, or why not."""
-    chosen: dict[str, Any] = {
-        "chosen_model": model,
-        "chosen_ranks": ranks,
-        "chosen_strategy": strategy,
-        "chosen_nodes": nodes,
-    }
     try:
-        found = await sharded_service.plan_sharding(model, ranks, strategy, nodes or None)
+        found = await sharded_service.plan_sharding(form.model, form.ranks, form.strategy, form.nodes or None)
     except APIError as exc:
-        return await _page(page, error=exc.message, **chosen)
-    return await _page(page, plan=found, **chosen)
+        return await _page(page, error=exc.message, **form.shown())
+    return await _page(page, plan=found, **form.shown())
 
 
 @router.post("/sharded", response_class=HTMLResponse)
-async def start(
-    page: PageDep,
-    model: ModelId,
-    ranks: Ranks = 2,
-    strategy: Annotated[Strategy, Form()] = "auto",
-    nodes: Nodes = [],  # noqa: B006 (FastAPI copies it per request)
-) -> Response:
+async def start(page: PageDep, form: Annotated[ShardingForm, Form()]) -> Response:
     """Start the planned model: its ranks form a group and the model is served from it."""
     try:
-        started = await sharded_service.start_sharded(model, ranks, strategy, nodes or None)
+        started = await sharded_service.start_sharded(
+            form.model, form.ranks, form.strategy, form.nodes or None
+        )
     except APIError as exc:
         return await _page(page, error=exc.message)
     return _done(f"{started.model_id} is served by {started.ranks} ranks ({started.strategy} parallel).")
