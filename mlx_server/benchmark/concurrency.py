@@ -11,8 +11,9 @@ Three servers from this venv run side by side on the same SmolLM2 (GGUF Q4_1 imp
   process's memory map, and the three servers' prefill speeds are printed and reported.
 
 All driven over HTTP only (greedy, streamed, timed on the client) in `--rounds` alternating
-rounds: each round runs every figure on every server, the order rotating each round so the
-host's drift hits all alike. Figures: single-stream decode tok/s (median of `--runs`); 1, 4
+rounds: in each round every figure is taken on every server in turn before the next figure
+(the order rotating and reversing from one figure to the next), so the host's drift hits the
+servers compared alike. Figures: single-stream decode tok/s (median of `--runs`); 1, 4
 and 8 simultaneous streams (distinct prompts, `--tokens` each): aggregate tok/s (all completion
 tokens over the wall time from the first request to the last token) and the slowest time to
 first token; the TTFT of rounds 2+ of two alternating conversations with different system
@@ -35,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -82,32 +83,60 @@ def burst(url: str, model: str, streams: int, tokens: int) -> Burst:
     return Burst(streams, sum(n for n, _, _ in results) / wall, max(ttft for _, ttft, _ in results))
 
 
-def measure(server: Server, tokens: int, runs: int) -> dict[str, float]:
-    """Every figure of one server in one round, by the keys of concurrency_report.FIGURES."""
-    single = [stream_chat(server.url, decode.MESSAGES, tokens, server.model).decode_tps for _ in range(runs)]
-    figures = {"decode": statistics.median(single)}
-    for streams in STREAMS:
-        done = burst(server.url, server.model, streams, tokens)
-        figures[f"aggregate_{streams}"] = done.aggregate_tps
-        figures[f"ttft_{streams}"] = done.slowest_ttft_s
-    talks = prefix_cache.measure(server.url, server.model, CONVERSATION_TURNS, 8)
-    figures["alternating"] = statistics.median(talks.alternating)
-    figures["warm"] = statistics.median(talks.warm)
-    print("  " + ", ".join(f"{key} {value:.2f}" for key, value in figures.items()))
-    return figures
+Figures = dict[str, float]
+Step = Callable[[Server], Figures]
 
 
-Results = dict[str, list[dict[str, float]]]  # per server: each round's figures
+def steps(tokens: int, runs: int) -> list[Step]:
+    """Each figure's measurement of one server, by the keys of concurrency_report.FIGURES: the
+    single stream (median of `runs`), each burst, the conversations."""
+
+    def single(server: Server) -> Figures:
+        done = [stream_chat(server.url, decode.MESSAGES, tokens, server.model) for _ in range(runs)]
+        return {"decode": statistics.median(run.decode_tps for run in done)}
+
+    def bursting(streams: int) -> Step:
+        def measure(server: Server) -> Figures:
+            done = burst(server.url, server.model, streams, tokens)
+            return {f"aggregate_{streams}": done.aggregate_tps, f"ttft_{streams}": done.slowest_ttft_s}
+
+        return measure
+
+    def talking(server: Server) -> Figures:
+        talks = prefix_cache.measure(server.url, server.model, CONVERSATION_TURNS, 8)
+        return {"alternating": statistics.median(talks.alternating), "warm": statistics.median(talks.warm)}
+
+    return [single, *(bursting(streams) for streams in STREAMS), talking]
+
+
+Results = dict[str, list[Figures]]  # per server: each round's figures
+
+
+def turns(servers: list[Server], index: int) -> list[Server]:
+    """The servers in the order of the `index`-th measurement: rotated, and reversed every other
+    time, so each server follows each other one (a rotation alone keeps the cycle: the same
+    server would always go right after the same other one)."""
+    shift = index % len(servers)
+    order = servers[shift:] + servers[:shift]
+    return order[::-1] if index % 2 else order
 
 
 def alternating_rounds(servers: list[Server], tokens: int, runs: int, rounds: int) -> Results:
-    """`rounds` rounds of every server's figures, the order rotating each round."""
+    """`rounds` rounds; in each, every figure is taken on every server in turn before the next
+    figure, so the host's drift within a round (minutes) hits the servers compared alike."""
     results: Results = {server.name: [] for server in servers}
+    measured = steps(tokens, runs)
     for i in range(rounds):
-        shift = i % len(servers)
-        for server in servers[shift:] + servers[:shift]:
-            print(f"round {i + 1}, {server.name}:")
-            results[server.name].append(measure(server, tokens, runs))
+        figures: dict[str, Figures] = {server.name: {} for server in servers}
+        for j, step in enumerate(measured):
+            for server in turns(servers, i * len(measured) + j):
+                figures[server.name].update(step(server))
+        for server in servers:
+            print(
+                f"round {i + 1}, {server.name}: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in figures[server.name].items())
+            )
+            results[server.name].append(figures[server.name])
     return results
 
 

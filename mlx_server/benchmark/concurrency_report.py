@@ -97,10 +97,11 @@ def report(
         [
             run_line(),
             f"Model {DEFAULT_MODEL_ID} (GGUF Q4_1 imported), greedy, streamed, max_tokens {tokens} per "
-            f"stream, {rounds} alternating rounds (the order of the three servers rotates each round; "
-            f"each round: {runs} single-stream runs, then the bursts, then the conversations of 8 "
-            "tokens); timed on the client. Medians over the rounds (quartiles in brackets); ratios "
-            "are ours against each mlx_lm.server within the same round, >= 1 as good or better.",
+            f"stream, {rounds} rounds (each round: {runs} single-stream runs, then each burst, then the "
+            "conversations of 8 tokens, every one taken on the three servers in turn before the next, "
+            "the order rotating and reversing from one to the next); timed on the client. Medians over "
+            "the rounds (quartiles in brackets); ratios are ours against each mlx_lm.server within the "
+            "same round, >= 1 as good or better.",
             f"Started as: {started} (prefill of a fresh ~440-token prompt, TTFT of one token).",
             "",
             f"| figure | {ours.title} | {same.title} | {shipped.title} | ours vs same footing "
