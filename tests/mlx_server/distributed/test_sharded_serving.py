@@ -48,6 +48,9 @@ def server(
             f"{process.url}/v1/admin/sharded", json={"model": "tiny", "ranks": 2}, timeout=300
         )
         assert started.status_code == 200, started.text
+        # Seen now, whichever of this module's tests this worker runs (xdist hands them out one
+        # by one: a worker given only tests that stop the group saw no rank before teardown).
+        assert _ranks(process)
         yield process
         _ranks(process)
     finally:
