@@ -78,10 +78,8 @@ class NgramDrafts:
 
     def propose(self, room: int) -> list[int]:
         """Up to `room` tokens that followed the latest earlier occurrence of the text's last
-        n-gram (longest first); none while paused or where nothing matches."""
-        if self._pause > 0:
-            self._pause -= 1
-            return []
+        n-gram (longest first); none where nothing matches. Asked only after `may_propose`
+        said yes for this token (which counts the pauses)."""
         width = min(self.width, room)
         start = self._match() if width >= 1 else None
         return [] if start is None else self.tokens[start : start + width]
