@@ -8,6 +8,7 @@ import ctypes.util
 import mmap
 import platform
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlx.core as mx
@@ -62,30 +63,34 @@ def test_a_zero_limit_keeps_the_model_as_stored(smollm_dir: Path, monkeypatch: p
         reset_settings()
 
 
-def _huge_page_bytes(spans: list[tuple[int, int]]) -> int:
-    """AnonHugePages of this process's mappings that hold any of `spans`, from /proc/self/smaps."""
-    total, holds = 0, False
+def _mappings() -> Iterator[tuple[int, int, dict[str, str]]]:
+    """This process's mappings from /proc/self/smaps: start, end and their fields."""
+    current: tuple[int, int, dict[str, str]] | None = None
     for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
+        head, _, rest = line.partition(" ")
         if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms ..."
+            if current is not None:
+                yield current
             low, high = (int(x, 16) for x in head.split("-"))
-            holds = any(start < high and end > low for start, end in spans)
-        elif holds and head == "AnonHugePages:":
-            total += int(line.split()[1]) * 1024
-    return total
+            current = (low, high, {})
+        elif current is not None:
+            current[2][head.rstrip(":")] = rest.strip()
+    if current is not None:
+        yield current
+
+
+def _huge_page_bytes(spans: list[tuple[int, int]]) -> int:
+    """AnonHugePages of this process's mappings that hold any of `spans`."""
+    return sum(
+        int(fields.get("AnonHugePages", "0").split()[0]) * 1024
+        for low, high, fields in _mappings()
+        if any(start < high and end > low for start, end in spans)
+    )
 
 
 def _advised_mappings() -> list[tuple[int, int]]:
     """This process's mappings marked for huge pages (MADV_HUGEPAGE: "hg" in VmFlags)."""
-    advised, current = [], (0, 0)
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and ":" not in head:
-            low, high = (int(x, 16) for x in head.split("-"))
-            current = (low, high)
-        elif head == "VmFlags:" and "hg" in line.split()[1:]:
-            advised.append(current)
-    return advised
+    return [(low, high) for low, high, fields in _mappings() if "hg" in fields.get("VmFlags", "").split()]
 
 
 def _kernel_huge_page_share(size: int) -> float:
