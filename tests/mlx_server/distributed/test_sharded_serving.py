@@ -229,9 +229,8 @@ def test_a_rank_that_stops_answering_fails_the_request_within_the_timeout(group:
         stuck.status_code == 503
         and f"did not answer within {TIMEOUT_S} s" in stuck.json()["error"]["message"]
     )
-    wait_for(
-        lambda: _ranks(server) == [], 10, "no rank left"
-    )  # the stopped rank too (SIGKILL after the grace period)
+    # The stopped rank too (SIGKILL after the grace period).
+    wait_for(lambda: _ranks(server) == [], 10, "no rank left")
     assert _chat(server, "tiny-local").status_code == 200
 
 
