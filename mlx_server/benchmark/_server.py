@@ -136,7 +136,9 @@ def running_mlx_lm_server(model_dir: Path, log: Path, preload: str | None = None
     """mlx-lm's own `mlx_lm.server` (this venv's) on `model_dir`, the reference; requests name
     the model "default_model". With `preload` (a library, e.g. libopenblas.so.0) it runs under
     LD_PRELOAD, and OpenBLAS must be mapped in its process; without, the system's
-    OpenBLAS may not be (MLX's bundled BLAS, as users start it). Yields the base URL."""
+    OpenBLAS may not be (MLX's bundled BLAS, as users start it). It inherits this process's
+    OPENBLAS_CORETYPE (utils/cpu_blas.py sets it), so both servers run the same kernels.
+    Yields the base URL."""
     port = free_port()
     command = [sys.executable, "-m", "mlx_lm.server", "--model", str(model_dir), "--port", str(port)]
     env = dict(os.environ)

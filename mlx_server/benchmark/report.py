@@ -23,7 +23,11 @@ def run_line() -> str:
     """The first line of a report: when, on what machine, with which versions."""
     from importlib.metadata import version
 
+    from mlx_server.utils.cpu_blas import blas_kernels
+
     machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
+    if blas_kernels():
+        machine += f" (OpenBLAS, {blas_kernels()} kernels)"
     versions = f"mlx {version('mlx')}, mlx-lm {version('mlx-lm')}, Python {platform.python_version()}"
     return f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine}; {versions}."
 
