@@ -1,5 +1,6 @@
-"""Prompt lookup (#33, services/pipeline/engine/prompt_lookup.py): decode speed with and without,
-on an agent-style edit and on free writing, alone and with four streams at once.
+"""Prompt lookup (#33, services/pipeline/engine/prompt_lookup.py and batch_lookup.py): decode
+speed with and without, on an agent-style edit and on free writing, alone and with four streams
+at once (four edits; two edits and two stories).
 
 The edit: a ~300-token Python file in the prompt, "return it with one function renamed",
 greedy; the model re-emits most of its context, where drafts copied from the prompt pay. Free
@@ -10,8 +11,8 @@ stops. Decode tokens/s on the client, first content to last.
 First, in this process, what verifying costs: one forward pass of 1, 5 and 9 tokens per row over
 a 600-token context, for one sequence and for a batch of four (mlx-lm's BatchKVCache), and what
 giving each row of the batch its own length back would cost (mlx-lm's `dynamic_roll` of every
-layer's keys and values, as its BatchKVCache does for right padding): the reason the batch does
-not speculate on this CPU.
+layer's keys and values, as its BatchKVCache does for right padding): the reason the batch keeps
+the drafts every row accepted instead (batch_lookup.py).
 
     python -m mlx_server.benchmark.prompt_lookup [--rounds 3] [--tokens 300] [--write docs/benchmarks.md]
 """
@@ -88,26 +89,28 @@ def _run(url: str, messages: list[dict[str, Any]], tokens: int, lookup: int | No
     return stream_chat(url, messages, tokens, extra=extra)
 
 
-def _together(url: str, messages: list[dict[str, Any]], tokens: int, lookup: int | None, streams: int) -> Run:
-    """`streams` identical requests at once; their summed decode rate, one of their texts."""
-    runs: list[Run] = []
-    barrier = threading.Barrier(streams)
+def _together(url: str, jobs: list[list[dict[str, Any]]], tokens: int, lookup: int | None) -> Run:
+    """One request per conversation in `jobs`, sent at once; their summed decode rate and their
+    texts (joined in order, so a comparison covers every one)."""
+    runs: list[Run | None] = [None] * len(jobs)
+    barrier = threading.Barrier(len(jobs))
 
-    def one() -> None:
+    def one(i: int) -> None:
         barrier.wait()
-        runs.append(_run(url, messages, tokens, lookup))
+        runs[i] = _run(url, jobs[i], tokens, lookup)
 
-    threads = [threading.Thread(target=one) for _ in range(streams)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(jobs))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    done = [r for r in runs if r is not None]
     return Run(
-        sum(r.tokens for r in runs),
-        sum(r.decode_tps for r in runs),
-        max(r.ttft_s for r in runs),
-        text=runs[0].text,
-        accepted=sum(r.accepted for r in runs),
+        sum(r.tokens for r in done),
+        sum(r.decode_tps for r in done),
+        max(r.ttft_s for r in done),
+        text="\n---\n".join(r.text for r in done),
+        accepted=sum(r.accepted for r in done),
     )
 
 
@@ -201,7 +204,8 @@ def measure(url: str, rounds: int, tokens: int) -> list[tuple[str, list[Run], li
     rows: list[Row] = [
         ("code edit, 1 stream", lambda lookup: _run(url, EDIT, tokens, lookup)),
         ("free writing, 1 stream", lambda lookup: _run(url, FREE, tokens, lookup)),
-        ("code edit, 4 streams", lambda lookup: _together(url, EDIT, tokens, lookup, 4)),
+        ("code edit, 4 streams", lambda lookup: _together(url, [EDIT] * 4, tokens, lookup)),
+        ("2 code edits + 2 free writing", lambda lookup: _together(url, [EDIT, FREE] * 2, tokens, lookup)),
     ]
     results = []
     for name, run in rows:
@@ -233,8 +237,9 @@ def report(
     setup = (
         f"Model {DEFAULT_MODEL_ID} (float32 on this CPU), greedy, streamed, max_tokens {tokens}, "
         f"{rounds} alternating rounds (medians); off = `prompt_lookup: 0`, on = the server's default "
-        "(MLX_SERVER_PROMPT_LOOKUP_TOKENS=8). Texts identical in every round. Four streams: summed "
-        "decode rates of four identical requests sent at once."
+        "(MLX_SERVER_PROMPT_LOOKUP_TOKENS=8). Texts identical in every round (every stream's). Four "
+        "streams: summed decode rates of four requests sent at once (identical ones, or two edits "
+        "and two stories)."
     )
     costs_part = ["", "What a verifying pass costs:", "", *costs_table(costs)]
     return "\n".join([run_line(), setup, "", *rows, *costs_part])

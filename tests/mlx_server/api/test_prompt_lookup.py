@@ -3,7 +3,8 @@ drafted from it, and the client gets exactly what one-token-at-a-time decoding g
 text, a seeded sample, logprobs, penalties, a stop string inside an accepted draft), with the
 drafted share in usage; OpenAI's `prediction` is a source of drafts too; `prompt_lookup: 0`, a
 model default of 0 and a grammar switch it off; a stream that is joined by another midway moves
-into the batch and stays the same."""
+into the batch and stays the same; requests batched together are drafted in the batch, with the
+same guarantees."""
 
 from __future__ import annotations
 
@@ -127,3 +128,49 @@ def test_a_drafting_stream_joined_midway_keeps_its_text(oai: openai.OpenAI) -> N
     thread.join(60)
     assert "".join(pieces) == alone
     assert other == [other_alone]
+
+
+def _at_once(oai: openai.OpenAI, requests: list[dict[str, Any]]) -> list[Any]:
+    """The completions of `requests` (keyword arguments of `_complete`) sent together."""
+    replies: list[Any] = [None] * len(requests)
+    ready = threading.Barrier(len(requests))
+
+    def send(i: int) -> None:
+        ready.wait(60)
+        replies[i] = _complete(oai, **requests[i])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return replies
+
+
+def test_counting_requests_batched_together_are_drafted_and_decode_the_same(oai: openai.OpenAI) -> None:
+    requests: list[dict[str, Any]] = [
+        {"logprobs": 2},
+        {"logprobs": 2, "max_tokens": 16},
+        {"stop": [" 9,"]},
+        {"frequency_penalty": 0.4},
+    ]
+    looked_up = _at_once(oai, requests)
+    plain = _at_once(oai, [{**r, "extra": OFF} for r in requests])
+    for ours, theirs, request in zip(looked_up, plain, requests, strict=True):
+        assert ours.choices[0].text == theirs.choices[0].text, request
+        assert ours.usage.completion_tokens == theirs.usage.completion_tokens, request
+        # Each row is drafted in the batch (none of them decodes alone long enough to draft 4).
+        assert _drafted(ours) >= 4 and _drafted(theirs) == 0, request
+    assert plain[2].choices[0].text == " 6, 7, 8,"
+    for ours, theirs in zip(looked_up[:2], plain[:2], strict=True):
+        assert ours.choices[0].logprobs.tokens == theirs.choices[0].logprobs.tokens
+        mine, other = ours.choices[0].logprobs.token_logprobs, theirs.choices[0].logprobs.token_logprobs
+        assert mine == pytest.approx(other, abs=1e-3)
+
+
+def test_seeded_samples_batched_together_are_what_plain_decoding_gives(oai: openai.OpenAI) -> None:
+    requests: list[dict[str, Any]] = [{"temperature": 1.2, "seed": s, "max_tokens": 16} for s in (3, 11, 12)]
+    looked_up = _at_once(oai, requests)
+    plain = _at_once(oai, [{**r, "extra": OFF} for r in requests])
+    assert [r.choices[0].text for r in looked_up] == [r.choices[0].text for r in plain]
+    assert all(_drafted(r) > 0 for r in looked_up)

@@ -24,17 +24,23 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncGenerator, Iterator
+from typing import Any
 
+import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_server.config import get_settings
 from mlx_server.models.loaders import LoadedModel
+from mlx_server.services.pipeline.engine.batch_lookup import can_verify, lookup_step, proposals_for
+from mlx_server.services.pipeline.engine.prompt_lookup import NgramDrafts
 from mlx_server.services.pipeline.engine.sequence import (
     Alone,
     BatchedSequence,
     Progress,
     decoder_of,
+    lookup_width,
+    predicted_tokens,
     start_sequence,
 )
 from mlx_server.services.pipeline.engine.token_text import TokenStep, stop_tokens
@@ -84,6 +90,9 @@ class _Run:
         self.stops = StopSequences([[t] for t in stop_tokens(loaded)])
         self.running: dict[int, BatchedSequence] = {}
         self.alone: Alone | None = None
+        # Prompt lookup in the batch (batch_lookup.py): the drafts of each running sequence that
+        # speculates, by uid; they hold every token the sequence has reported.
+        self.drafts: dict[int, NgramDrafts] = {}
 
     def steps(self) -> Iterator[Items]:
         try:
@@ -130,7 +139,7 @@ class _Run:
             try:
                 items += [(alone.sequence, step) for step in alone.hand_over()]
                 if not alone.finished:
-                    self._insert(alone.sequence, alone.progress)
+                    self._insert(alone.sequence, alone.progress, alone.drafts)
             except Exception as exc:  # the cache may be half-updated: it is dropped
                 items.append((alone.sequence, exc))
         for sequence in arriving:
@@ -144,6 +153,7 @@ class _Run:
             kept = self.generator.remove(gone, return_prompt_caches=True)
             for uid in gone:
                 del self.running[uid]
+                self.drafts.pop(uid, None)
             for cache, tokens in kept.values():  # what a cancelled request had already computed
                 loaded.prompt_cache.give_back(cache, tokens)
         return items
@@ -158,8 +168,10 @@ class _Run:
             self.alone = None
         return [(alone.sequence, step) for step in steps]
 
-    def _insert(self, sequence: BatchedSequence, progress: Progress) -> None:
-        """Join the batch where `progress` stands."""
+    def _insert(
+        self, sequence: BatchedSequence, progress: Progress, drafts: NgramDrafts | None = None
+    ) -> None:
+        """Join the batch where `progress` stands (with the drafts it had alone, if any)."""
         (sequence.uid,) = self.generator.insert(
             [progress.todo],
             max_tokens=[progress.left],
@@ -170,15 +182,37 @@ class _Run:
             stop_sequences=[self.stops],
         )
         self.running[sequence.uid] = sequence
+        width = lookup_width(sequence)
+        if width:  # the drafts hold every token before the first one the batch will report
+            if drafts is None:
+                drafts = NgramDrafts(progress.fed, width, predicted_tokens(self.engine.loaded, sequence))
+            drafts.extend(progress.todo)
+            self.drafts[sequence.uid] = drafts
 
     def _advance(self) -> tuple[Items, bool]:
-        """One step: a token for every decoding sequence and a chunk of the waiting prompts;
-        and whether the batch is still sound."""
+        """One step: a token for every decoding sequence and a chunk of the waiting prompts, or,
+        when every sequence has a prompt-lookup proposal and no prompt waits, one pass that
+        verifies them all (batch_lookup.py); and whether the batch is still sound."""
+        generator = self.generator
+        batch = generator._generation_batch  # mlx-lm exposes no public handle
+        proposals, read = None, False
+        prefilling = generator._unprocessed_sequences or len(generator._prompt_batch)
+        if self.drafts and not prefilling and can_verify(batch):
+            proposals, read = proposals_for(batch, self.drafts)
         try:
-            _, responses = self.generator.next()
+            if proposals is not None:
+                with mx.stream(generator.stream):
+                    responses: list[Any] = lookup_step(batch, proposals, self.drafts)
+            else:
+                _, responses = generator.next()
+                if not read:  # else the pending tokens reported now are in their drafts already
+                    for response in responses:
+                        if response.uid in self.drafts:
+                            self.drafts[response.uid].extend([response.token])
         except Exception as exc:  # every sequence of the batch ends with the error
             items: Items = [(sequence, exc) for sequence in self.running.values()]
             self.running.clear()
+            self.drafts.clear()
             return items, False
         items = []
         failed = [s for s in self.running.values() if s.error is not None]
@@ -186,20 +220,23 @@ class _Run:
             self.generator.remove([s.uid for s in failed])
         for sequence in failed:
             del self.running[sequence.uid]
+            self.drafts.pop(sequence.uid, None)
             items.append((sequence, sequence.error or RuntimeError("failed")))
         loaded = self.engine.loaded
         for response in responses:
             member = self.running.get(response.uid)
-            if member is None:  # failed above
+            if member is None:  # failed above, or finished earlier in this step
                 continue
             decoder = decoder_of(member)
-            steps = decoder.decode(response.token, response.logprobs)
+            drafted = getattr(response, "drafted", False) if response.uid in self.drafts else None
+            steps = decoder.decode(response.token, response.logprobs, drafted)
             # mlx-lm counts the same budget and stop tokens; should it end a sequence first, it still ends
             if response.finish_reason is not None and not decoder.finished:
                 steps.append(decoder.finish("length"))
             items.extend((member, step) for step in steps)
             if response.finish_reason is not None:
                 del self.running[response.uid]
+                self.drafts.pop(response.uid, None)
                 loaded.prompt_cache.give_back(response.prompt_cache, response.all_tokens)
         return items, True
 

@@ -103,7 +103,7 @@ def lookup_width(sequence: BatchedSequence) -> int:
     return get_settings().prompt_lookup_tokens if asked is None else asked
 
 
-def _prediction(loaded: LoadedModel, sequence: BatchedSequence) -> list[int]:
+def predicted_tokens(loaded: LoadedModel, sequence: BatchedSequence) -> list[int]:
     """The tokens of the text the request predicted its reply holds (none if it sent none)."""
     text = sequence.params.prediction
     tokens: list[int] = loaded.tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -142,7 +142,8 @@ class Alone:
         self.pending: tuple[mx.array, mx.array] | None = None
         self.finished = False
         width = lookup_width(sequence)
-        self.drafts = NgramDrafts(sequence.prompt, width, _prediction(loaded, sequence)) if width else None
+        prediction = predicted_tokens(loaded, sequence) if width else []
+        self.drafts = NgramDrafts(sequence.prompt, width, prediction) if width else None
 
     def _feed(self, tokens: mx.array) -> tuple[mx.array, mx.array]:
         """Feed `tokens` (the prompt's last, or the token just sampled) and start sampling the
