@@ -27,7 +27,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
-from mlx_server.services.pipeline.engine.prompt_lookup import NgramDrafts
+from mlx_server.services.pipeline.engine.prompt_lookup import NgramDrafts, accepted_drafts, position_logprobs
 from mlx_server.services.pipeline.engine.sampling import TokenSampler
 
 
@@ -87,12 +87,7 @@ def lookup_step(batch: Any, proposals: list[list[int]], drafts: dict[int, NgramD
         for token, p in zip(pending, proposals, strict=True)
     ]
     sampled, logprobs = _sample(batch, rows, proposals)
-    accepted = []
-    for drawn, proposal in zip(sampled, proposals, strict=True):
-        count = 0
-        while count < len(proposal) and drawn[count] == proposal[count]:
-            count += 1
-        accepted.append(count)
+    accepted = [accepted_drafts(drawn, proposal) for drawn, proposal in zip(sampled, proposals, strict=True)]
     kept = min(accepted)  # drafts every row accepted: the cache keeps them for all rows alike
     for uid, proposal in zip(batch.uids, proposals, strict=True):
         # What the batch kept sets the widths and pauses: a wider pass than it keeps is waste.
@@ -127,18 +122,9 @@ def _sample(
     logits = batch.model(mx.array(rows), cache=batch.prompt_cache)
     drawn, logprobs = [], []
     for i, proposal in enumerate(proposals):
-        positions = logits[i, : len(proposal) + 1]
+        fed = rows[i][: len(proposal) + 1]
         processors = batch.logits_processors[i] or ()
-        if processors:
-            seen, known = [*batch.tokens[i], *rows[i]], len(batch.tokens[i])
-            processed = []
-            for j in range(len(proposal) + 1):
-                row = positions[j : j + 1]
-                for processor in processors:
-                    row = processor(mx.array(seen[: known + j + 1]), row)
-                processed.append(row)
-            positions = mx.concatenate(processed)
-        row_logprobs = positions - mx.logsumexp(positions, axis=-1, keepdims=True)
+        row_logprobs = position_logprobs(logits[i, : len(fed)], processors, batch.tokens[i], fed)
         logprobs.append(row_logprobs)
         drawn.append(batch.samplers[i].draw_rows(row_logprobs))
     mx.eval(drawn, logprobs)

@@ -21,6 +21,7 @@ does not speculate: its matcher advances on every token it is shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,17 +136,36 @@ def verify(
     fed); the cache is left holding `pending` and the accepted drafts."""
     fed = [pending, *drafts]
     logits = model(mx.array(fed)[None], cache=cache)[0]
-    if processors is not None:
-        seen, known = [*history, *fed], len(history)
-        rows = [processors(mx.array(seen[: known + i + 1]), logits[i : i + 1]) for i in range(len(fed))]
-        logits = mx.concatenate(rows)
-    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    logprobs = position_logprobs(logits, [processors] if processors is not None else [], history, fed)
     sampled = sampler.draw_rows(logprobs)
     mx.eval(sampled, logprobs)
     tokens: list[int] = sampled.tolist()  # type: ignore[assignment]  # a 1-d array
-    accepted = 0
-    while accepted < len(drafts) and tokens[accepted] == drafts[accepted]:
-        accepted += 1
+    accepted = accepted_drafts(tokens, drafts)
     sampler.keep(accepted + 1)
     trim_prompt_cache(cache, len(drafts) - accepted)
     return Verified(tokens[: accepted + 1], [logprobs[i] for i in range(accepted + 1)], accepted)
+
+
+def position_logprobs(
+    logits: mx.array, processors: Sequence[Any], history: list[int], fed: list[int]
+) -> mx.array:
+    """The logprobs of each position of a pass over `fed` (positions x vocabulary), the logits
+    processors run first at each with the tokens before it (`history`, then `fed` up to it)."""
+    if processors:
+        seen, known = [*history, *fed], len(history)
+        rows = []
+        for i in range(logits.shape[0]):
+            row = logits[i : i + 1]
+            for processor in processors:
+                row = processor(mx.array(seen[: known + i + 1]), row)
+            rows.append(row)
+        logits = mx.concatenate(rows)
+    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def accepted_drafts(drawn: list[int], drafts: list[int]) -> int:
+    """How many of `drafts`, from the first, are the tokens drawn at their positions."""
+    accepted = 0
+    while accepted < len(drafts) and drawn[accepted] == drafts[accepted]:
+        accepted += 1
+    return accepted
